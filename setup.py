@@ -1,0 +1,38 @@
+"""Package metadata is read from settings.ini (the nbdev convention)."""
+from configparser import ConfigParser
+import setuptools
+
+cfg = ConfigParser(delimiters=['='])
+cfg.read('settings.ini', encoding='utf-8')
+cfg = cfg['DEFAULT']
+
+requirements = cfg.get('requirements', '').split()
+dev_requirements = cfg.get('dev_requirements', '').split()
+
+setuptools.setup(
+    name=cfg['lib_name'],
+    version=cfg['version'],
+    description=cfg['description'],
+    long_description=open('README.md', encoding='utf-8').read(),
+    long_description_content_type='text/markdown',
+    author=cfg['author'],
+    author_email=cfg['author_email'],
+    license='Apache-2.0',
+    url=cfg['git_url'],
+    packages=setuptools.find_packages(include=['ei_nb', 'ei_nb.*']),
+    include_package_data=True,
+    python_requires='>=' + cfg['min_python'],
+    install_requires=requirements,
+    extras_require={
+        'dev': dev_requirements,
+        # vLLM pins its own CUDA torch: install it on GPU nodes only.
+        'vllm': ['vllm>=0.11'],
+        'sft': ['accelerate>=1.0'],
+    },
+    entry_points={'console_scripts': cfg['console_scripts'].split(),
+                  'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"]},
+    keywords=cfg['keywords'].split(),
+    classifiers=['Programming Language :: Python :: 3.11', 'License :: OSI Approved :: Apache Software License'],
+    project_urls={'Source': cfg['git_url']},
+    zip_safe=False,
+)

@@ -1,0 +1,21 @@
+import os
+os.environ.setdefault('OMP_NUM_THREADS', '1')   # faster and deterministic on 2 cores
+os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')
+import shutil
+from pathlib import Path
+import pytest
+
+
+@pytest.fixture(scope='session')
+def tiny_model_dir(tmp_path_factory) -> Path:
+    "A tiny random Qwen3 model + tokenizer saved once per test session (read-only for tests: copy it to modify)."
+    from ei_nb.tiny import build_tiny_model
+    return build_tiny_model(tmp_path_factory.mktemp('tiny') / 'model', seed=0)
+
+
+def pytest_collection_modifyitems(config, items):
+    "Say visibly which tests need a real `lean` and are skipped because none is on PATH."
+    if shutil.which('lean'): return
+    for item in items:
+        if 'lean' in item.keywords:
+            item.add_marker(pytest.mark.skip(reason='needs a real `lean` on PATH (Lean cannot be installed on this machine)'))
