@@ -31,17 +31,30 @@ def make_files(d: Path, n_problems: int, n_samples: int, seed: int = 0):
     return len(df)
 
 
+def peak_rss_mib() -> float:
+    "This process's peak RSS (VmHWM: unlike ru_maxrss it is not inherited from the forking parent)."
+    for line in open('/proc/self/status'):
+        if line.startswith('VmHWM:'): return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def child(d: str, mode: str):
     d = Path(d)
     t0 = time.perf_counter()
     if mode == 'ei':
-        from ei_nb.select import run_select
+        from ei_nb.core import read_frame, read_problems, write_records, shared_data
+        from ei_nb.select import select_problems
         from ei_nb.eval import score
-        from ei_nb.core import read_frame
-        summary, _ = run_select(d / 'pool.jsonl', d / 'verdicts.jsonl', d / 'selected.jsonl', max_problems=300, include_zero=True)
-        t_sel = time.perf_counter() - t0
-        stats = score(read_frame(d / 'verdicts.jsonl', 'verdict', columns=['name', 'sample_idx', 'verdict']), ks=(1, 8, 32))
-        extra = {'selected': summary['selected'], 'solved': stats['solved'], 'select_s': t_sel}
+        protected = [p for p in read_problems(shared_data('minif2f_dsp15.jsonl')) if p['split'] == 'test']
+        verdicts = read_frame(d / 'verdicts.jsonl', 'verdict', columns=['name', 'sample_idx', 'verdict'])
+        t_read = time.perf_counter() - t0
+        selected, summary, _ = select_problems(read_problems(d / 'pool.jsonl'), verdicts, protected,
+                                               include_zero=True, max_problems=300)
+        write_records(d / 'selected.jsonl', selected, 'problem')
+        t_sel = time.perf_counter() - t0 - t_read
+        stats = score(verdicts, ks=(1, 8, 32))
+        extra = {'selected': summary['selected'], 'solved': stats['solved'], 'read_s': t_read, 'select_s': t_sel,
+                 'stats_s': time.perf_counter() - t0 - t_read - t_sel}
     else:   # baseline: stdlib JSON loop, counting passes per problem
         counts = {}
         with open(d / 'verdicts.jsonl') as f:
@@ -51,7 +64,7 @@ def child(d: str, mode: str):
                 counts[r['name']] = (n + 1, c + (r['verdict'] == 'pass'))
         extra = {'problems': len(counts)}
     seconds = time.perf_counter() - t0
-    print(json.dumps(dict(extra, seconds=seconds, peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)))
+    print(json.dumps(dict(extra, seconds=seconds, peak_rss_mib=peak_rss_mib())))
 
 
 def main():
@@ -73,17 +86,18 @@ def main():
             if out.returncode: sys.exit(out.stderr)
             res[mode] = json.loads(out.stdout.strip().splitlines()[-1])
         r = {'problems': n, 'rows': n_rows, 'ei_s': res['ei']['seconds'], 'ei_rows_per_s': n_rows / res['ei']['seconds'],
-             'ei_peak_mib': res['ei']['peak_rss_mib'], 'select_s': res['ei']['select_s'],
+             'ei_peak_mib': res['ei']['peak_rss_mib'], 'read_s': res['ei']['read_s'], 'select_s': res['ei']['select_s'],
+             'stats_s': res['ei']['stats_s'],
              'loop_s': res['json-loop']['seconds'], 'loop_rows_per_s': n_rows / res['json-loop']['seconds'],
              'speedup_vs_loop': res['json-loop']['seconds'] / res['ei']['seconds']}
         rows_out.append(r)
         print(json.dumps(r), flush=True)
         for f in d.iterdir(): f.unlink()
         d.rmdir()
-    print('\n| problems | rows | ei_nb s | ei_nb M rows/s | peak RSS MiB | json loop M rows/s | speed-up | s per M rows |')
+    print('\n| problems | rows | ei_nb s (read / select / stats) | ei_nb M rows/s | peak RSS MiB | json loop M rows/s | speed-up | s per M rows |')
     print('|---|---|---|---|---|---|---|---|')
     for r in rows_out:
-        print(f"| {r['problems']:,} | {r['rows']:,} | {r['ei_s']:.2f} | {r['ei_rows_per_s']/1e6:.2f} | {r['ei_peak_mib']:.0f} | "
+        print(f"| {r['problems']:,} | {r['rows']:,} | {r['ei_s']:.2f} ({r['read_s']:.2f} / {r['select_s']:.2f} / {r['stats_s']:.2f}) | {r['ei_rows_per_s']/1e6:.2f} | {r['ei_peak_mib']:.0f} | "
               f"{r['loop_rows_per_s']/1e6:.2f} | {r['speedup_vs_loop']:.1f}x | {r['ei_s']/r['rows']*1e6:.2f} |")
 
 

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Benchmark of `ei_nb.verify` without Lean.
+
+1. Extraction + pre-check throughput on real-length completions: each of DeepSeek-Prover-V2's 438
+   miniF2F solutions wrapped as a Goedel-style completion (reasoning prose, a draft block, the final
+   ```lean4 block) padded to about --chars characters (5,000 tokens is about 15,000 characters).
+2. Pool overhead per proof: the REPL pool against tests/fake_repl.py answering instantly (the cost
+   of our process layer, JSON and pre-check per proof, not of Lean), for 1 and 2 workers; the same for
+   a warm verdict cache and for the one-process-per-proof `lean` backend (fake `lean`).
+
+Usage: OMP_NUM_THREADS=1 python bench/bench_verify.py [--n 400] [--chars 15000]
+Prints one JSON object per measurement, then a summary table.
+"""
+import argparse, json, os, statistics, sys, tempfile, time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from ei_nb.core import shared_data
+from ei_nb.verify import extract_code, make_verifier, precheck
+
+FAKE = str(ROOT/'tests'/'fake_repl.py')
+
+def completion(r, problem, chars):
+    "A Goedel-style completion around a real solution, about `chars` characters long."
+    code = r['full_code']
+    prose = (problem.get('informal_prefix', '') + '\n' +
+             '\n'.join(f'Step: we use `{l.strip()}` because it simplifies the goal.' for l in code.splitlines() if l.strip()))
+    sketch = code.replace(':= by', ':= by\n  sorry -- draft', 1)
+    draft = f"First a draft:\n```lean4\n{sketch}\n```\n"
+    body = '<think>\n' + draft
+    while len(body) < chars - len(code) - 200: body += prose + '\n'
+    return body[:max(len(draft) + 8, chars - len(code) - 200)] + '\n</think>\nThe complete proof:\n```lean4\n' + code + '\n```\n'
+
+def bench_precheck(pairs, reps=3):
+    best = None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        verdicts = [precheck(extract_code(c), p) is None for p, c in pairs]
+        dt = time.perf_counter() - t0
+        best = dt if best is None else min(best, dt)
+    t0 = time.perf_counter()
+    for _, c in pairs: extract_code(c)
+    ext = time.perf_counter() - t0
+    return {'bench': 'extract+precheck', 'completions': len(pairs), 'mean_chars': round(statistics.mean(len(c) for _, c in pairs)),
+            'passed': sum(verdicts), 'completions_per_s': round(len(pairs) / best), 'ms_per_completion': round(1000 * best / len(pairs), 3),
+            'extract_only_ms': round(1000 * ext / len(pairs), 3)}
+
+def bench_pool(pairs, backend, workers, project, cache_dir=None, **kw):
+    samples = [(p, {'name': p['name'], 'sample_idx': i, 'round': 0, 'completion': c, 'n_tokens': 0, 'capped': False})
+               for i, (p, c) in enumerate(pairs)]
+    with make_verifier(backend, project=project, workers=workers, timeout=30, cache_dir=cache_dir, **kw) as v:
+        list(v.verify_stream(samples[:workers]))            # start the processes and import the header
+        t0 = time.perf_counter()
+        res = list(v.verify_stream(samples))
+        wall = time.perf_counter() - t0
+        stats = dict(v.stats)
+    counts = {k: sum(r['verdict'] == k for r in res) for k in ('pass', 'fail', 'error')}
+    return {'bench': f'{backend}' + (' (warm cache)' if cache_dir and stats['cache_hits'] else ''), 'workers': workers,
+            'proofs': len(res), **counts, 'wall_s': round(wall, 3), 'ms_per_proof': round(1000 * wall / len(res), 3),
+            'proofs_per_s': round(len(res) / wall), **stats}
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--n', type=int, default=400, help='proofs through each pool configuration')
+    ap.add_argument('--chars', type=int, default=15000, help='target completion length in characters')
+    a = ap.parse_args(argv)
+    minif2f = {r['name']: r for r in map(json.loads, open(shared_data('minif2f_dsp15.jsonl'), encoding='utf-8'))}
+    sols = [json.loads(l) for l in open(shared_data('deepseek_prover_v2_minif2f_solutions.jsonl'), encoding='utf-8')]
+    pairs = [(minif2f[r['name']], completion(r, minif2f[r['name']], a.chars)) for r in sols]
+    results = [bench_precheck(pairs)]
+    good = [(p, c) for p, c in pairs if precheck(extract_code(c), p) is None]
+    pool_pairs = (good * (a.n // len(good) + 1))[:a.n]
+    with tempfile.TemporaryDirectory() as proj:
+        Path(proj, 'lean-toolchain').write_text('fake\n')
+        for w in (1, 2):
+            results.append(bench_pool(pool_pairs, 'repl', w, proj, repl_cmd=[sys.executable, FAKE], mem_mb=None))
+        cache = Path(proj)/'cache'
+        bench_pool(pool_pairs, 'repl', 2, proj, cache_dir=cache, repl_cmd=[sys.executable, FAKE], mem_mb=None)
+        results.append(bench_pool(pool_pairs, 'repl', 2, proj, cache_dir=cache, repl_cmd=[sys.executable, FAKE], mem_mb=None))
+        results.append(bench_pool(pool_pairs[:max(20, a.n // 10)], 'lean', 2, proj, lean_cmd=[sys.executable, FAKE, '--lean'], mem_mb=None))
+    for r in results: print(json.dumps(r))
+    print(f"\nextract+precheck: {results[0]['completions_per_s']} completions/s "
+          f"({results[0]['ms_per_completion']} ms each, mean {results[0]['mean_chars']} chars; extraction alone {results[0]['extract_only_ms']} ms)",
+          file=sys.stderr)
+    for r in results[1:]:
+        print(f"{r['bench']:<18} workers={r['workers']}  {r['ms_per_proof']:>7.3f} ms/proof  ({r['proofs_per_s']} proofs/s, "
+              f"{r['pass']} pass / {r['proofs']})", file=sys.stderr)
+    print(f'(cpu_count={os.cpu_count()}; fake checker answering instantly: these are overheads, not Lean times)', file=sys.stderr)
+    return results
+
+if __name__ == '__main__': main()
