@@ -8,7 +8,8 @@ import numpy as np
 from .core import BadInput, read_frame
 
 # %% auto #0
-__all__ = ['pass_at_k', 'problem_counts', 'pass_at_k_mean', 'score', 'stats_cli']
+__all__ = ['pass_at_k', 'problem_counts', 'pass_at_k_mean', 'score', 'stats_cli', 'check_scored_set', 'eval_summary',
+           'plot_pass_counts', 'plot_lengths', 'plot_eval', 'run_eval', 'eval_cli']
 
 # %% ../nbs/04_eval.ipynb #5d2e7d59
 def pass_at_k(n:int, # samples of the problem
@@ -52,3 +53,128 @@ def stats_cli(argv):
     try: ks = [int(k) for k in a.k.split(',')]
     except ValueError: raise BadInput(f'--k: expected comma-separated integers, got {a.k!r}')
     return score(read_frame(a.verified, 'verdict', columns=['name', 'sample_idx', 'verdict']), ks)
+
+# %% ../nbs/04_eval.ipynb #9b347c38
+import json, time
+from pathlib import Path
+from .core import atomic_write_json, read_problems, read_samples, read_verdicts, sha256_json
+from .sample import EVAL_CAP, SampleParams, make_sampler, open_verifier, run_pipeline
+
+# %% ../nbs/04_eval.ipynb #c32e63cc
+def check_scored_set(problems:list[dict], allow_test_selection:bool=False) -> list[dict]:
+    "`problems`, unless some are of the test split and `allow_test_selection` is off (`BadInput`, exit 2)."
+    test = [p['name'] for p in problems if p['split'] == 'test']
+    if test and not allow_test_selection:
+        raise BadInput(f'{len(test)} problem(s) of the test split (e.g. {test[0]!r}): the test split is never a scored set '
+                       '(use --allow-test-selection only for a one-round diagnostic)')
+    return problems
+
+# %% ../nbs/04_eval.ipynb #3cb64f50
+def eval_summary(samples:list[dict], # sample records
+                 verdicts:list[dict], # their verdict records
+                 n:int, # samples per problem: pass@k is reported for k in {1, n}
+                ) -> dict:
+    "S = solved@n, pass@1 and pass@n, mean tokens, capped and code-bearing fractions, verdict counts."
+    import pandas as pd
+    v = pd.DataFrame(verdicts, columns=['name', 'sample_idx', 'verdict'])
+    m = max(len(samples), 1)
+    return score(v, ks=sorted({1, n})) | {
+        'n_samples': len(samples), 'mean_tokens': sum(s['n_tokens'] for s in samples) / m,
+        'capped_frac': sum(s['capped'] for s in samples) / m,
+        'code_frac': float((v['verdict'] != 'no_code').mean()) if len(v) else 0.0,
+        'verdict_counts': {k: int(c) for k,c in v['verdict'].value_counts().sort_index().items()}}
+
+# %% ../nbs/04_eval.ipynb #ea355bbf
+def plot_pass_counts(ax, verdicts:list[dict], n:int):
+    "Bar chart on `ax`: number of problems by passing samples (0..n)."
+    import pandas as pd
+    c = problem_counts(pd.DataFrame(verdicts, columns=['name', 'sample_idx', 'verdict']))['c'] if verdicts else pd.Series(dtype=int)
+    ax.bar(range(n + 1), [int((c == k).sum()) for k in range(n + 1)], color='tab:blue')
+    ax.set_xticks(range(0, n + 1, max(1, (n + 1) // 9)))
+    ax.set(xlabel=f'passing samples (of {n})', ylabel='problems', title=f'pass counts per problem: solved {int((c > 0).sum())}/{len(c)}')
+    return ax
+
+def plot_lengths(ax, samples:list[dict], cap:int):
+    "Histogram on `ax` of completion tokens, the cap marked."
+    ax.hist([s['n_tokens'] for s in samples], bins=40, color='tab:gray')
+    ax.axvline(cap, color='tab:red', ls='--', label=f'cap {cap:,}')
+    ax.set(xlabel='completion tokens', ylabel='samples', title=f'lengths: {sum(s["capped"] for s in samples)} of {len(samples)} capped')
+    ax.legend()
+    return ax
+
+def plot_eval(samples:list[dict], verdicts:list[dict], n:int, cap:int, path=None):
+    "Both evaluation plots side by side; saved to `path` when given."
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(10, 3.4))
+    a, b = fig.subplots(1, 2)
+    plot_pass_counts(a, verdicts, n); plot_lengths(b, samples, cap)
+    fig.tight_layout()
+    if path: fig.savefig(path, dpi=100)
+    return fig
+
+# %% ../nbs/04_eval.ipynb #c0bf21b6
+def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF2F-valid)
+             model_dir, # the model to evaluate
+             out_dir, # gets eval_samples.jsonl, eval_verdicts.jsonl, eval.json, eval.png
+             n:int=8, # n_e: samples per problem
+             max_new_tokens:int=EVAL_CAP, # the cap
+             seed:int=0, # the fixed eval seed
+             temperature:float=1.0, top_p:float=0.95,
+             sampler:str='transformers', # transformers | vllm
+             sampler_options:dict|None=None, # e.g. tensor_parallel_size (vllm), device (transformers)
+             verify_backend:str='none', # none | repl | lean | server (`none` pre-checks only: nothing passes)
+             lean_project=None, workers:int|None=None, timeout:float=300, endpoints=None, policy=None, cache_dir=None,
+             prompt_style:str='chat', # chat | completion
+             allow_test_selection:bool=False, # allow test-split problems (one-round diagnostic)
+             round_idx:int=0, # the `round` of the records
+             chunk_problems:int=4, max_prompt_frac:float=0.5,
+             log=print, progress:bool|None=None) -> dict:
+    "Sample, verify and score the scored set; write the records, `eval.json` and the plots into `out_dir`."
+    problems = read_problems(problems) if isinstance(problems, (str, Path)) else list(problems)
+    check_scored_set(problems, allow_test_selection)
+    out_dir = Path(out_dir)
+    if verify_backend == 'none': log('eval: verify backend none runs the pre-check only: no sample can pass')
+    t0 = time.perf_counter()
+    smp = make_sampler(sampler, model_dir, **(sampler_options or {}))
+    load_s = time.perf_counter() - t0
+    params = SampleParams(n, temperature, top_p, max_new_tokens, seed)
+    verifier = {'backend': verify_backend, 'lean_project': str(lean_project) if lean_project else None, 'workers': workers,
+                'timeout': timeout, 'endpoints': list(endpoints or []), 'policy': policy}
+    with open_verifier(verify_backend, lean_project, workers, timeout, endpoints, policy, cache_dir) as ver:
+        stats = run_pipeline(problems, smp, out_dir/'eval_samples.jsonl', params, round_idx, ver, out_dir/'eval_verdicts.jsonl',
+                             prompt_style, chunk_problems, max_prompt_frac, settings={'model': str(Path(model_dir).resolve()),
+                             **{f'verify_{k}': v for k,v in verifier.items() if k not in ('workers', 'endpoints')}},
+                             log=log, progress=progress)
+    samples, verdicts = read_samples(out_dir/'eval_samples.jsonl', False), read_verdicts(out_dir/'eval_verdicts.jsonl', False)
+    result = eval_summary(samples, verdicts, n) | {
+        'n_dropped': stats['n_dropped'], 'dropped': [d['name'] for d in stats['dropped']],
+        'model': str(model_dir), 'round': round_idx,
+        'problems': {'n': len(problems), 'splits': sorted({p['split'] for p in problems}), 'sha256': sha256_json(problems)},
+        'sampler': {'backend': sampler, 'n': n, 'temperature': temperature, 'top_p': top_p, 'max_new_tokens': max_new_tokens,
+                    'seed': seed, 'prompt_style': prompt_style, 'chunk_problems': chunk_problems,
+                    'max_prompt_frac': max_prompt_frac, **{k: v for k,v in (sampler_options or {}).items() if v is not None}},
+        'verifier': verifier, 'allow_test_selection': allow_test_selection,
+        'tokens_per_s': stats['tokens_per_s'], 'timings': {'load_s': round(load_s, 3), **stats['timings']}}
+    plot_eval(samples, verdicts, n, max_new_tokens, out_dir/'eval.png')
+    atomic_write_json(out_dir/'eval.json', result)
+    return result
+
+# %% ../nbs/04_eval.ipynb #d63a9770
+def eval_cli(argv):
+    "`ei eval --problems FILE --model DIR --out-dir DIR [--n 8] [--max-new-tokens 30000] [--seed S] [--verify-backend B] [--allow-test-selection]`"
+    from ei_nb.cli import parser, say
+    from ei_nb.sample import add_sampling_args, sampler_options
+    p = add_sampling_args(parser('eval', 'sample, verify and score the scored set'), cap=EVAL_CAP)
+    p.add_argument('--problems', required=True); p.add_argument('--model', required=True); p.add_argument('--out-dir', required=True)
+    p.add_argument('--split', help='keep only the problems of this split (e.g. valid)')
+    p.add_argument('--verify-backend', default='none', choices=['none', 'repl', 'lean', 'server'])
+    p.add_argument('--allow-test-selection', action='store_true', help='allow test-split problems (one-round diagnostic)')
+    p.add_argument('--round', type=int, default=0)
+    a = p.parse_args(argv)
+    problems = read_problems(a.problems)
+    if a.split:
+        problems = [q for q in problems if q['split'] == a.split]
+        if not problems: raise BadInput(f'{a.problems}: no problem of split {a.split!r}')
+    return run_eval(problems, a.model, a.out_dir, a.n, a.max_new_tokens, a.seed, a.temperature, a.top_p, a.backend,
+                    sampler_options(a), a.verify_backend, a.lean_project, a.workers, a.timeout, a.endpoint, a.policy,
+                    a.cache_dir, a.prompt_style, a.allow_test_selection, a.round, a.chunk_problems, a.max_prompt_frac, log=say)
