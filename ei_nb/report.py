@@ -9,7 +9,8 @@ from .core import BadInput, read_frame, read_problems
 
 # %% auto #0
 __all__ = ['mcnemar_p', 'solved_by_problem', 'mcnemar_table', 'mcnemar_power', 'min_detectable_effect', 'power_statement',
-           'mcnemar_files', 'mcnemar_cli']
+           'mcnemar_files', 'mcnemar_cli', 'load_run', 'example_run', 'round_table', 'mcnemar_rows', 'save_figure',
+           'plot_bands', 'plot_scores', 'plot_sft', 'plot_pass_at_k', 'plot_lengths', 'decision_text']
 
 # %% ../nbs/06_report.ipynb #b5b1cd43
 def mcnemar_p(b:int, c:int) -> float:
@@ -96,3 +97,227 @@ def mcnemar_cli(argv):
     a = p.parse_args(argv)
     t = mcnemar_files(a.a, a.b, a.problems)
     return {k: t[k] for k in ('b', 'c', 'both', 'neither', 'net', 'p_value', 'n')}
+
+# %% ../nbs/06_report.ipynb #adad9b32
+import json
+from pathlib import Path
+
+def _json(p, default=None):
+    try: return json.loads(Path(p).read_text())
+    except (OSError, ValueError): return default
+
+def _eval_dir(d:Path) -> Path:
+    "Where a round's evaluation files are: `eval/` (written by `ei run`) or the round folder itself."
+    return d/'eval' if (d/'eval'/'eval.json').exists() else d
+
+def load_run(run_dir, # a run folder written by `ei run`
+             upto_round:int=-1, # rounds 1..upto_round (-1: every round there is)
+            ) -> dict:
+    "What the report shows, read from the run's files: run info, the baseline, and one entry per round."
+    run_dir = Path(run_dir)
+    r0 = _json(run_dir/'round_00'/'round_manifest.json', {}) or {}
+    base = (r0.get('paths') or {}).get('baseline_eval_verdicts')
+    base = Path(str(base).replace('{run_dir}', str(run_dir))) if base else _eval_dir(run_dir/'round_00')/'eval_verdicts.jsonl'
+    rounds = []
+    for d in sorted(run_dir.glob('round_[0-9][0-9]')):
+        r = int(d.name[6:])
+        if r == 0 or (upto_round >= 0 and r > upto_round): continue
+        man = _json(d/'round_manifest.json', {}) or {}
+        meas = (man.get('paths') or {}).get('measurement_used')
+        rounds.append({'round': r, 'dir': d, 'manifest': man, 'select': _json(d/'select.json'), 'sft': _json(d/'sft.json'),
+                       'eval': _json(_eval_dir(d)/'eval.json'), 'eval_dir': _eval_dir(d), 'decision': _json(d/'decision.json'),
+                       'measurement': Path(meas.replace('{run_dir}', str(run_dir))) if meas else None})
+    return {'run_dir': run_dir, 'run': _json(run_dir/'run.json', {}) or {}, 'demo': _json(run_dir/'demo'/'demo.json'),
+            'round0': r0, 'baseline_verdicts': base, 'S_0': (r0.get('scores') or {}).get('S_0'),
+            'scored': run_dir/'inputs'/'scored.jsonl', 'rounds': rounds}
+
+# %% ../nbs/06_report.ipynb #0074ebe2
+def example_run(out_dir, n_problems:int=24, n:int=4, rounds:int=2, seed:int=0) -> Path:
+    "Write a crafted two-round run folder (real miniF2F-valid names, random verdicts) for examples and tests."
+    import numpy as np
+    from ei_nb.core import atomic_write_json, iter_jsonl, shared_data, write_records
+    rng, out = np.random.default_rng(seed), Path(out_dir)
+    valid = [p for p in read_problems(shared_data('minif2f_dsp15.jsonl')) if p['split'] == 'valid']
+    scored, pool = valid[:n_problems], valid[n_problems:n_problems + 30]
+    write_records(out/'inputs'/'scored.jsonl', scored, 'problem'); write_records(out/'inputs'/'pool.jsonl', pool, 'problem')
+    def verdicts(problems, q, rnd):
+        return [{'name': p['name'], 'sample_idx': i, 'verdict': 'pass' if rng.random() < qq else 'fail', 'round': rnd}
+                for p, qq in zip(problems, q) for i in range(n)]
+    def samples(problems, rnd, cap):
+        return [{'name': p['name'], 'sample_idx': i, 'round': rnd, 'completion': '', 'n_tokens': int(t), 'capped': bool(t >= cap)}
+                for p in problems for i, t in zip(range(n), rng.integers(20, cap + 1, n))]
+    skill = rng.uniform(0, 0.6, n_problems)
+    def eval_round(d, rnd, boost):
+        d = d/'eval'
+        v = verdicts(scored, np.clip(skill + boost, 0, 1), rnd)
+        write_records(d/'eval_verdicts.jsonl', v); write_records(d/'eval_samples.jsonl', samples(scored, rnd, 128))
+        solved = len({x['name'] for x in v if x['verdict'] == 'pass'})
+        atomic_write_json(d/'eval.json', {'solved': solved, 'n_problems': n_problems, 'n': n, 'capped_frac': 0.1, 'mean_tokens': 70.0})
+        return solved
+    d0 = out/'round_00'
+    write_records(d0/'verdicts.jsonl', verdicts(pool, rng.uniform(0, 1, len(pool)), 0))
+    S = [eval_round(d0, 0, 0.0)]
+    atomic_write_json(d0/'round_manifest.json', {'round': 0, 'scores': {'S_0': S[0]}, 'paths': {'baseline_eval_verdicts': '{run_dir}/round_00/eval/eval_verdicts.jsonl'}})
+    meas = d0/'verdicts.jsonl'
+    for r in range(1, rounds + 1):
+        d = out/f'round_{r:02d}'
+        mv = [x for _, x in iter_jsonl(meas)]
+        sel = [p for p in pool if 0 < sum(x['verdict'] == 'pass' for x in mv if x['name'] == p['name']) < n][:8]
+        write_records(d/'selected.jsonl', sel, 'problem')
+        atomic_write_json(d/'select.json', {'selected': len(sel), 'in_band': len(sel), 'lo': 0.0, 'hi': 0.75, 'pool': len(pool),
+                                            'protected_removed': 0, 'zero': 5, 'above_band': 3, 'unmeasured': 0})
+        write_records(d/'verdicts.jsonl', verdicts(sel, rng.uniform(0.2, 0.9, len(sel)), r))
+        write_records(d/'samples.jsonl', samples(sel, r, 320))
+        losses = list(np.exp(-np.linspace(0, 2, 6)) * 2)
+        atomic_write_json(d/'sft.json', {'data': {'rows': 2 * len(sel), 'problems': len(sel)}, 'rows': 2 * len(sel), 'steps': 6,
+                                         'first_loss': losses[0], 'final_loss': losses[-1], 'losses': losses})
+        S.append(eval_round(d, r, 0.05 * r))
+        dec = {'stop': r == rounds, 'reason': 'budget' if r == rounds else None, 'best_round': int(np.argmax(S[1:])) + 1, 'scores': S[1:]}
+        atomic_write_json(d/'decision.json', dec)
+        atomic_write_json(d/'round_manifest.json', {'round': r, 'scores': {f'S_{k}': s for k, s in enumerate(S)}, 'decision': dec,
+                                                   'paths': {'measurement_used': str(meas).replace(str(out), '{run_dir}')}})
+        meas = d/'verdicts.jsonl'
+    return out
+
+# %% ../nbs/06_report.ipynb #f57ca165
+def round_table(run:dict) -> 'pd.DataFrame':
+    "Per round: selected, in band, SFT rows and losses, S_r and its change, pass@1, capped fraction, the decision."
+    import pandas as pd
+    ev0 = _json(_eval_dir(run['run_dir']/'round_00')/'eval.json', {}) or {}
+    rows = [{'round': 0, 'S': run['S_0'], 'pass@1': (ev0.get('pass_at_k') or {}).get('1'), 'capped': ev0.get('capped_frac'),
+             'note': 'baseline (base model)'}]
+    for r in run['rounds']:
+        sel, sft, ev, dec = r['select'] or {}, r['sft'] or {}, r['eval'] or {}, r['decision'] or {}
+        rows.append({'round': r['round'], 'selected': sel.get('selected'), 'in_band': sel.get('in_band'),
+                     'sft_rows': sft.get('rows', (sft.get('data') or {}).get('rows')), 'first_loss': sft.get('first_loss'),
+                     'final_loss': sft.get('final_loss'), 'S': ev.get('solved'),
+                     'pass@1': (ev.get('pass_at_k') or {}).get('1'), 'capped': ev.get('capped_frac'),
+                     'stop': dec.get('stop'), 'reason': dec.get('reason'), 'note': dec.get('detail') or ''})
+    df = pd.DataFrame(rows).set_index('round')
+    df['ΔS vs base'] = df['S'] - run['S_0'] if run['S_0'] is not None else None
+    cols = ['selected', 'in_band', 'sft_rows', 'first_loss', 'final_loss', 'S', 'ΔS vs base', 'pass@1', 'capped', 'stop', 'reason', 'note']
+    return df.reindex(columns=cols)
+
+def _power_text(n:int, p_disc:float, alpha:float) -> str:
+    # min_detectable_effect's grid can overshoot p_disc by a rounding error (0.12000000000000001 > 0.12)
+    try: return power_statement(n, p_disc, alpha)
+    except BadInput: return power_statement(n, min(1.0, p_disc * (1 + 1e-9)), alpha)
+
+def mcnemar_rows(run:dict, alpha:float=0.05, p_disc_assumed:float=0.12) -> 'pd.DataFrame':
+    "McNemar table of every round against the baseline and against the previous round, with the power statement."
+    import pandas as pd
+    rows, prev = [], ('round 0 (base)', run['baseline_verdicts'])
+    for r in run['rounds']:
+        cur = r['eval_dir']/'eval_verdicts.jsonl'
+        if not cur.exists(): continue
+        refs = [('round 0 (base)', run['baseline_verdicts'])] + ([prev] if prev[0] != 'round 0 (base)' else [])
+        for label, ref in refs:
+            t = mcnemar_files(ref, cur, run['scored'] if run['scored'].exists() else None)
+            p_disc = (t['b'] + t['c']) / t['n'] if t['n'] else 0
+            rows.append({'round': r['round'], 'against': label, **{k: t[k] for k in ('n', 'both', 'neither', 'b', 'c', 'net', 'p_value')},
+                         'significant': t['p_value'] <= alpha,
+                         'power': _power_text(t['n'], p_disc if p_disc > 0 else p_disc_assumed, alpha)
+                                  + ('' if p_disc > 0 else f' (No discordant problem: {p_disc_assumed:.0%} assumed.)')})
+        prev = (f"round {r['round']}", cur)
+    return pd.DataFrame(rows)
+
+# %% ../nbs/06_report.ipynb #6e8b32b5
+def save_figure(fig, figures_dir, name:str):
+    "Write `fig` as `figures_dir/name.png` (atomically)."
+    from ei_nb.core import atomic_path
+    if not figures_dir: return None
+    path = Path(figures_dir)/f'{name}.png'
+    with atomic_path(path, '.png') as tmp: fig.savefig(tmp, dpi=90, format='png')
+    return path
+
+def plot_bands(run:dict):
+    "One pass-rate histogram per round: the measurement that selected it, the band shaded, the selected problems in green."
+    import matplotlib.pyplot as plt, pandas as pd
+    from ei_nb.core import read_frame
+    import numpy as np, ei_nb.select as sel_mod
+    from ei_nb.select import pass_rates, plot_band
+    if not hasattr(sel_mod, 'np'): sel_mod.np = np   # ei_nb.select.plot_band uses numpy without importing it
+    rs = [r for r in run['rounds'] if r['select'] and r['measurement'] and r['measurement'].exists()]
+    fig, axes = plt.subplots(1, max(1, len(rs)), figsize=(6 * max(1, len(rs)), 3.3), squeeze=False)
+    for ax, r in zip(axes[0], rs):
+        table = pass_rates(read_frame(r['measurement'], 'verdict', columns=['name', 'sample_idx', 'verdict']))
+        sel = {json.loads(l)['name'] for l in (r['dir']/'selected.jsonl').read_text().splitlines() if l.strip()} if (r['dir']/'selected.jsonl').exists() else set()
+        lo, hi = r['select'].get('lo', 0.0), r['select'].get('hi', 0.75)
+        table['status'] = ['selected' if n in sel else 'in band' if lo < p <= hi else 'out of band' for n, p in zip(table['name'], table['pass_rate'])]
+        plot_band(table, r['select'], lo, hi, ax=ax)
+        ax.set_title(f"round {r['round']}: " + ax.get_title(), fontsize=8)
+    fig.tight_layout()
+    return fig
+
+def plot_scores(run:dict):
+    "S_r across rounds, the baseline S_0 as a line, the best round marked."
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    rs = [(r['round'], r['eval']['solved']) for r in run['rounds'] if r['eval']]
+    if run['S_0'] is not None: ax.axhline(run['S_0'], ls='--', c='gray', label=f"baseline S_0 = {run['S_0']}")
+    if rs: ax.plot(*zip(*rs), 'o-', label='S_r')
+    dec = next((r['decision'] for r in reversed(run['rounds']) if r['decision']), None)
+    if dec and dec.get('best_round'): ax.axvline(dec['best_round'], ls=':', c='g', label=f"best round {dec['best_round']}")
+    n = next((r['eval'].get('n_problems') for r in run['rounds'] if r['eval']), None)
+    ax.set(xlabel='round', ylabel=f'solved (of {n})' if n else 'solved', title='S_r: scored problems solved by ≥ 1 sample')
+    ax.set_xticks([0] + [r for r, _ in rs]); ax.legend(fontsize=8); fig.tight_layout()
+    return fig
+
+def plot_sft(run:dict):
+    "SFT rows per round and the training loss of each round."
+    import matplotlib.pyplot as plt
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.2))
+    rs = [r for r in run['rounds'] if r['sft']]
+    a.bar([r['round'] for r in rs], [r['sft'].get('rows', (r['sft'].get('data') or {}).get('rows', 0)) or 0 for r in rs])
+    a.set(xlabel='round', ylabel='SFT rows', title='rows kept for training')
+    for r in rs:
+        if r['sft'].get('losses'): b.plot(range(1, len(r['sft']['losses']) + 1), r['sft']['losses'], '.-', label=f"round {r['round']}")
+    b.set(xlabel='optimizer step', ylabel='loss (nats/token)', title='SFT loss'); b.legend(fontsize=8) if rs else None
+    fig.tight_layout()
+    return fig
+
+def plot_pass_at_k(run:dict):
+    "pass@k for k = 1..n of the baseline and of every round."
+    import matplotlib.pyplot as plt
+    from ei_nb.core import read_frame
+    from ei_nb.eval import problem_counts, pass_at_k_mean
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    for label, path in [('round 0 (base)', run['baseline_verdicts'])] + [(f"round {r['round']}", r['eval_dir']/'eval_verdicts.jsonl') for r in run['rounds']]:
+        if not Path(path).exists(): continue
+        c = problem_counts(read_frame(path, 'verdict', columns=['name', 'sample_idx', 'verdict']))
+        ks = list(range(1, int(c['n'].min()) + 1))
+        ax.plot(ks, [pass_at_k_mean(c, k) for k in ks], 'o-', label=label)
+    ax.set(xlabel='k', ylabel='pass@k', title='pass@k on the scored set (unbiased estimator)'); ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+def plot_lengths(run:dict):
+    "Completion lengths of the evaluation samples per round, with the capped fraction."
+    import matplotlib.pyplot as plt
+    from ei_nb.core import iter_jsonl
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    d0 = _eval_dir(run['run_dir']/'round_00')/'eval_samples.jsonl'
+    for label, path in [('round 0 (base)', d0)] + [(f"round {r['round']}", r['eval_dir']/'eval_samples.jsonl') for r in run['rounds']]:
+        if not path.exists(): continue
+        s = [x for _, x in iter_jsonl(path)]
+        ax.hist([x['n_tokens'] for x in s], bins=30, histtype='step', lw=1.5,
+                label=f"{label}: {sum(x['capped'] for x in s) / max(len(s), 1):.0%} capped")
+    ax.set(xlabel='completion tokens', ylabel='samples', title='evaluation completion lengths'); ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+# %% ../nbs/06_report.ipynb #c313f570
+def decision_text(run:dict) -> str:
+    "The last stop decision and why, as a sentence."
+    rs = [r for r in run['rounds'] if r['decision']]
+    if not rs: return 'No round has a stop decision yet.'
+    r, dec = rs[-1]['round'], rs[-1]['decision']
+    scores = dec.get('scores') or []
+    why = {'regression': f'S_{r} fell to {scores[-1] if scores else "?"}, at least the regression threshold below the best earlier round',
+           'plateau': 'two consecutive rounds each gained less than the plateau threshold over the best round before them',
+           'budget': f'the round budget ({r} rounds) is spent',
+           'data': f"the data ran out: {dec.get('detail')}"}.get(dec.get('reason'))
+    if not dec.get('stop'): return f'After round {r} the pre-registered rule says go on (S = {scores}); best round so far: {dec.get("best_round")}.'
+    best = dec.get('best_round')
+    return (f"After round {r} the run stopped: {why}. The best round is {best}"
+            + (f" (its model is `best/`)." if best else " — no round beat the base model's place; `best/` is the base model."))
