@@ -430,8 +430,7 @@ def summarize(cdir, reg:dict, problems:list[dict]) -> dict:
     t = mcnemar_table(s['baseline'], s['model'], names)
     p_obs = (t['b'] + t['c']) / t['n']
     p_disc = p_obs if p_obs > 0 else P_DISC_DESIGN
-    try: mde = min_detectable_effect(t['n'], p_disc)
-    except BadInput: mde = None   # the grid's last step can overshoot p_disc by a rounding error: no MDE up to p_disc
+    mde = min_detectable_effect(t['n'], p_disc)
     alpha = reg['hypothesis']['alpha']
     return {'registration_id': reg['registration_id'], 'n': reg['n'], 'n_problems': t['n'], 'alpha': alpha,
             'scores': {a: score(v[a], reg['ks']) for a in ARMS}, 'mcnemar': t,

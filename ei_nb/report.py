@@ -199,11 +199,6 @@ def round_table(run:dict) -> 'pd.DataFrame':
     cols = ['selected', 'in_band', 'sft_rows', 'first_loss', 'final_loss', 'S', 'ΔS vs base', 'pass@1', 'capped', 'stop', 'reason', 'note']
     return df.reindex(columns=cols)
 
-def _power_text(n:int, p_disc:float, alpha:float) -> str:
-    # min_detectable_effect's grid can overshoot p_disc by a rounding error (0.12000000000000001 > 0.12)
-    try: return power_statement(n, p_disc, alpha)
-    except BadInput: return power_statement(n, min(1.0, p_disc * (1 + 1e-9)), alpha)
-
 def mcnemar_rows(run:dict, alpha:float=0.05, p_disc_assumed:float=0.12) -> 'pd.DataFrame':
     "McNemar table of every round against the baseline and against the previous round, with the power statement."
     import pandas as pd
@@ -217,7 +212,7 @@ def mcnemar_rows(run:dict, alpha:float=0.05, p_disc_assumed:float=0.12) -> 'pd.D
             p_disc = (t['b'] + t['c']) / t['n'] if t['n'] else 0
             rows.append({'round': r['round'], 'against': label, **{k: t[k] for k in ('n', 'both', 'neither', 'b', 'c', 'net', 'p_value')},
                          'significant': t['p_value'] <= alpha,
-                         'power': _power_text(t['n'], p_disc if p_disc > 0 else p_disc_assumed, alpha)
+                         'power': power_statement(t['n'], p_disc if p_disc > 0 else p_disc_assumed, alpha)
                                   + ('' if p_disc > 0 else f' (No discordant problem: {p_disc_assumed:.0%} assumed.)')})
         prev = (f"round {r['round']}", cur)
     return pd.DataFrame(rows)
@@ -235,9 +230,7 @@ def plot_bands(run:dict):
     "One pass-rate histogram per round: the measurement that selected it, the band shaded, the selected problems in green."
     import matplotlib.pyplot as plt, pandas as pd
     from ei_nb.core import read_frame
-    import numpy as np, ei_nb.select as sel_mod
     from ei_nb.select import pass_rates, plot_band
-    if not hasattr(sel_mod, 'np'): sel_mod.np = np   # ei_nb.select.plot_band uses numpy without importing it
     rs = [r for r in run['rounds'] if r['select'] and r['measurement'] and r['measurement'].exists()]
     fig, axes = plt.subplots(1, max(1, len(rs)), figsize=(6 * max(1, len(rs)), 3.3), squeeze=False)
     for ax, r in zip(axes[0], rs):
