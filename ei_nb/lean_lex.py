@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 # %% auto #0
-__all__ = ['ID_FIRST', 'ID_REST', 'spans', 'labels', 'code_only', 'reference_labels']
+__all__ = ['ID_FIRST', 'ID_REST', 'spans', 'lexical_error', 'labels', 'code_only', 'reference_labels']
 
 # %% ../nbs/lean_lex.ipynb #1b714730
 _LETTER_LIKE = [(0x3b1, 0x3ba), (0x3bc, 0x3c9), (0x391, 0x39f), (0x3a1, 0x3a2), (0x3a4, 0x3a9), (0x3ca, 0x3fb),
@@ -38,12 +38,12 @@ _BLOCK = re.compile(r'/-|-/')
 _ISTR = re.compile(r'(?:[^"\\{]|\\.)*', re.S)
 
 def _block_end(text:str, body:int) -> int:
-    "End of a block comment whose body starts at `body` (nesting 1): Lean's `finishCommentBlock`."
+    "End of a block comment whose body starts at `body` (nesting 1), as Lean's `finishCommentBlock` finds it."
     depth = 1
     for m in _BLOCK.finditer(text, body):
         depth += 1 if m.group() == '/-' else -1
         if not depth: return m.end()
-    return len(text)
+    return len(text) + 1       # unterminated: one past the end
 
 def _lex(text:str, i:int, out:list, stop_at_brace:bool) -> int:
     "Append (kind, start, end) spans of `text` from `i`; in an interpolation stop at the matching `}`."
@@ -52,7 +52,8 @@ def _lex(text:str, i:int, out:list, stop_at_brace:bool) -> int:
         m = match(text, i); kind, j = m.lastgroup, m.end()
         if kind == 'block':
             body = j if len(m.group()) == 3 else j + 1     # `/-x`: Lean skips x before it looks for nesting
-            j = _block_end(text, body) if body <= n else n
+            j = _block_end(text, body) if body <= n else n + 1
+            if j > n: j = n; out.append(('unterminated comment', i, i))
             out.append(('comment', i, j))
         elif kind == 'line': out.append(('comment', i, j))
         elif kind == 'str' and interpolate: j = _lex_interpolated(text, i, out)
@@ -61,7 +62,9 @@ def _lex(text:str, i:int, out:list, stop_at_brace:bool) -> int:
             k = text.find('"' + m.group('hashes'), j)
             j = n if k < 0 else k + 1 + len(m.group('hashes'))
             out.append(('string', i, j))
+            if k < 0: out.append(('unterminated raw string', i, i))
         else:
+            if kind == 'other' and m.group() in '"«': out.append(('unterminated string' if m.group() == '"' else 'unterminated «name»', i, i))
             if kind == 'open': depth += 1
             elif kind == 'close':
                 if stop_at_brace and depth == 0: return i
@@ -77,7 +80,7 @@ def _lex_interpolated(text:str, i:int, out:list) -> int:
     n = len(text)
     while True:
         j = _ISTR.match(text, i + 1).end()
-        if j >= n: out.append(('string', i, n)); return n
+        if j >= n: out.append(('string', i, n)); out.append(('unterminated string', i, i)); return n
         out.append(('string', i, j + 1))
         if text[j] == '"': return j + 1
         i = _lex(text, j + 1, out, True)         # code of `{…}` up to its `}`, which the next piece starts with
@@ -92,6 +95,13 @@ def spans(text:str) -> list[tuple[str, int, int]]:
         if merged and merged[-1][0] == k and merged[-1][2] == a: merged[-1] = (k, merged[-1][1], b)
         else: merged.append((k, a, b))
     return merged
+
+# %% ../nbs/lean_lex.ipynb #ffdd47ec
+def lexical_error(text:str) -> tuple[str, int]|None:
+    "(what, position) of the first unterminated comment, string or «name» in `text`, or None."
+    out = []
+    _lex(text, 0, out, False)
+    return next(((k, a) for k, a, b in out if k.startswith('unterminated')), None)
 
 # %% ../nbs/lean_lex.ipynb #be4e3520
 def labels(text:str) -> str:

@@ -12,11 +12,12 @@ from typing import Iterable, Iterator
 from .core import (VERDICTS, BadInput, RecordError, atomic_write_json, check_record, iter_jsonl, lean_code_only,
                         normalize_ws, read_problems, read_samples, sha256_json, theorem_name, write_records)
 from .cli import parser, say
+from .lean_lex import lexical_error
 
 # %% auto #0
 __all__ = ['RULES', 'DEFAULT_POLICY', 'CACHE_VERSION', 'extract_code', 'split_code', 'policy_table', 'load_policy',
-           'allowed_axioms', 'check_statement', 'precheck', 'LeanError', 'with_axioms', 'judge', 'limited', 'Repl',
-           'ReplPool', 'LeanBackend', 'ServerBackend', 'cache_key', 'VerdictCache', 'Verifier', 'make_verifier',
+           'allowed_axioms', 'check_statement', 'prepare', 'precheck', 'LeanError', 'with_axioms', 'judge', 'limited',
+           'Repl', 'ReplPool', 'LeanBackend', 'ServerBackend', 'cache_key', 'VerdictCache', 'Verifier', 'make_verifier',
            'verify_cli']
 
 # %% ../nbs/01a_verify.ipynb #f0bacce4
@@ -48,34 +49,44 @@ def split_code(code:str) -> tuple[str, str]:
 
 # %% ../nbs/01a_verify.ipynb #a0cf1f9c
 RULES = [
-    dict(rule='sorry', names=('sorry', 'admit', 'sorryAx'), why='closes any goal without proving it'),
+    dict(rule='sorry', names=('sorry', 'admit', 'sorryAx', 'stop'), why='closes any goal without proving it (`stop` is `repeat sorry`)'),
     dict(rule='axiom', keywords=('axiom',), why='assumes what should be proved'),
-    dict(rule='native_decide', names=('native_decide', 'ofReduceBool', 'ofReduceNat', 'reduceBool', 'reduceNat'),
-         why='trusts compiled code instead of the kernel; switching the rule off also allows its axioms',
-         axioms=('Lean.ofReduceBool', 'Lean.ofReduceNat')),
-    dict(rule='unsafe', keywords=('implemented_by', 'extern', 'unsafe'), why='swaps a definition for unchecked code, or leaves the type system'),
+    dict(rule='native_decide', names=('native_decide', 'ofReduceBool', 'ofReduceNat', 'reduceBool', 'reduceNat', 'trustCompiler',
+                                      'native', 'bv_decide', 'bv_decide?'),
+         why='trusts compiled code instead of the kernel (`decide +native`, `bv_decide` too); switching the rule off also allows its axioms',
+         axioms=('Lean.ofReduceBool', 'Lean.ofReduceNat', 'Lean.trustCompiler')),
+    dict(rule='unsafe', keywords=('implemented_by', 'extern', 'unsafe', 'partial'), why='swaps a definition for unchecked code, or leaves the type system'),
     dict(rule='syntax', keywords=('macro', 'macro_rules', 'syntax', 'declare_syntax_cat', 'notation', 'notation3', 'infix', 'infixl',
                                   'infixr', 'prefix', 'postfix', 'elab', 'elab_rules', 'binder_predicate', 'command_elab',
                                   'term_elab', 'delab', 'app_unexpander'),
          why='can change what the statement or a tactic means while its text still matches'),
-    dict(rule='instance', keywords=('instance', 'default_instance'), why='a new instance (also `attribute [instance]`) can change what +, ≤ or / mean in the statement'),
-    dict(rule='metaprogram', keywords=('run_cmd', 'run_elab', 'run_meta', 'run_tac', 'by_elab', '#eval', 'initialize', 'builtin_initialize'),
-         why='runs arbitrary code: can add declarations, set options, log fake messages'),
+    dict(rule='instance', keywords=('instance', 'default_instance', 'attribute', 'unif_hint'),
+         why='a new instance (also `attribute [instance]`, a unification hint) can change what +, ≤ or / mean in the statement'),
+    dict(rule='metaprogram', keywords=('run_cmd', 'run_elab', 'run_meta', 'run_tac', 'by_elab', '#eval', 'initialize', 'builtin_initialize',
+                                       'simproc', 'dsimproc', 'simproc_decl', 'dsimproc_decl', 'register_simp_attr', 'register_option'),
+         why='runs arbitrary code at elaboration time: can add unchecked declarations, set options, log fake messages'),
     dict(rule='exit', keywords=('#exit',), why='stops Lean: the rest of the file, our axiom check included, is never checked'),
-    dict(rule='hash_command', rejects='any other #command: #print, #guard_msgs, #check, …',
+    dict(rule='hash_command', rejects='any #command but a trailing `#print axioms THEOREM`: #print "…", #guard_msgs, #check, …',
          why='#guard_msgs swallows errors, #print "…" can imitate the axiom report; a proof needs none'),
     dict(rule='set_option', rejects='set_option NAME unless NAME is in policy["set_options"] (so debug.*, trace.*, …)',
          why='debug.skipKernelTC and similar options skip kernel checking; only harmless limits are allowed'),
     dict(rule='search', keywords=('apply?', 'exact?'),
          why='library search: slow, and its answer is a suggestion, not the proof written (Goedel-Prover-V2 bans it)'),
-    dict(rule='definition', keywords=('def', 'abbrev', 'opaque', 'structure', 'class', 'inductive'),
+    dict(rule='definition', keywords=('def', 'abbrev', 'opaque', 'structure', 'class', 'inductive', 'irreducible_def', 'alias', 'example'),
          why='a new definition can shadow a name the statement uses; helper lemmas need none'),
-    dict(rule='scope', keywords=('open', 'namespace', 'section', 'variable', 'universe', 'export', 'mutual', 'include', 'omit'),
-         why='`variable` can add a hypothesis to the theorem; `open`/`namespace`/`export` change how its names resolve (leading header lines are exempt)'),
-    dict(rule='import', keywords=('import',), why="the problem's header is the one used; a late import is an error anyway (leading ones are exempt)"),
-    dict(rule='lexer', rejects='raw strings r"…", «quoted names»',
-         why='the comment/string stripper does not follow them, so they could hide code from these rules'),
-    dict(rule='statement', rejects="a missing, repeated or changed declaration of the problem's theorem",
+    dict(rule='scope', keywords=('namespace', 'section', 'end', 'variable', 'variables', 'variable?', 'variable!', 'universe', 'export',
+                                 'mutual', 'include', 'omit'),
+         why='`variable(s)` adds hypotheses to the theorem (before Lean 4.11 whenever the proof uses one); scope commands inside a proof are commands'),
+    dict(rule='import', keywords=('import',), why="the problem's header is the one used; a late import is an error anyway (leading ones are dropped)"),
+    dict(rule='lexer', rejects='an unterminated comment, string or «name»',
+         why='Lean reports it as an error; the rest of the file would be read differently'),
+    dict(rule='toplevel', keywords=('theorem', 'lemma'), rejects='a top-level command outside the allow-list; an indented `theorem`/`lemma`',
+         why='deny by default: whatever a whole-proof prover does not need cannot be trusted not to change the statement'),
+    dict(rule='open', rejects='`open A in` before the theorem; `open A` before it opening what the header does not; `open … hiding/renaming/scoped`',
+         why='an `open` that reaches the statement can change which constant a name in it denotes'),
+    dict(rule='namespace', rejects='the theorem declared inside a `namespace`',
+         why="inside `namespace N` the theorem is `N.name`, and the statement's names resolve in N first"),
+    dict(rule='statement', rejects="a missing, repeated or changed declaration of the problem's theorem (compared up to `:=`)",
          why='a proof of another (easier) statement proves nothing; helper lemmas before it are fine'),
 ]
 for _r in RULES: _r.setdefault('rejects', ', '.join(_r.get('keywords', ()) + _r.get('names', ())))
@@ -84,14 +95,17 @@ _NAMES = {w: r['rule'] for r in RULES for w in r.get('names', ())}
 _WORDS = {**_KEYWORDS, **_NAMES}
 _LEAN_RULES = [
     dict(rule='lean_error', rejects='any error message', why='Lean did not accept the code'),
-    dict(rule='lean_sorry', rejects="non-empty sorries, warning \"declaration uses 'sorry'\"", why='an unfinished proof'),
-    dict(rule='axioms', rejects='#print axioms <name> missing, repeated, not last, or listing an axiom beyond policy["axioms"]',
+    dict(rule='lean_sorry', rejects="non-empty sorries, warning \"declaration uses 'sorry'\" (or `sorry`)", why='an unfinished proof'),
+    dict(rule='axioms', rejects='no report from OUR `#print axioms NAME` (matched by its position), or an axiom beyond policy["axioms"]',
          why="the kernel's account: the theorem exists under its name and assumes only the standard axioms"),
+    dict(rule='lean_statement', rejects="the final theorem's type, read from Lean, differs from the reference statement elaborated in the header alone",
+         why='a check that does not trust text: notation, instances or opens that change the statement show up as a different type'),
 ]
 
 DEFAULT_POLICY = {
     'rules': {r['rule']: True for r in RULES},
-    'set_options': ['maxHeartbeats', 'maxRecDepth', 'synthInstance.maxHeartbeats', 'synthInstance.maxSize', 'linter.', 'pp.'],
+    'set_options': ['maxHeartbeats', 'maxRecDepth', 'synthInstance.maxHeartbeats', 'synthInstance.maxSize', 'tactic.hygienic',
+                    'linter.', 'pp.'],
     'axioms': ['propext', 'Classical.choice', 'Quot.sound'],
 }
 
@@ -133,23 +147,86 @@ def allowed_axioms(policy:dict) -> set[str]:
 def _decl(name:str):
     return re.compile(r"(?<![\w'!?.])(?:theorem|lemma)\s+" + re.escape(name) + r"(?![\w'!?.])")
 
+def _norm(text:str) -> str: return normalize_ws(text.replace(':=', ' := '))
+
+def _statement(problem:dict) -> str:
+    "The problem's statement up to and including `:=`, comments removed, whitespace normalised."
+    return re.sub(r'\s*:=\s*(?:by)?$', '', _norm(lean_code_only(problem['formal_statement']))) + ' :='
+
 def check_statement(clean:str,  # the body, comments removed (`lean_code_only`)
                     problem:dict, # a problem record: `formal_statement` ends with `:= by`
                    ) -> str|None:
-    "None if `clean` declares the problem's theorem once with its exact statement, else the reason."
+    "None if `clean` declares the problem's theorem once with its exact statement (up to `:=`), else the reason."
     name = theorem_name(problem['formal_statement'])
     if not name: raise BadInput(f"problem {problem.get('name')!r}: formal_statement declares no theorem")
-    stmt, norm = normalize_ws(lean_code_only(problem['formal_statement'])), normalize_ws(clean)
+    stmt, norm = _statement(problem), _norm(clean)
     hits = [m.start() for m in _decl(name).finditer(norm)]
     if not hits: return f'statement: theorem {name} is not declared'
     if len(hits) > 1: return f'statement: theorem {name} is declared {len(hits)} times'
-    i, end = hits[0], hits[0] + len(stmt)
-    if norm.startswith(stmt, i) and (end == len(norm) or norm[end] == ' '): return None
+    i = hits[0]
+    if norm.startswith(stmt, i): return None
     j = next((k for k, (a, b) in enumerate(zip(norm[i:], stmt)) if a != b), min(len(stmt), len(norm) - i))
     return f"statement: theorem {name} differs from the problem at {norm[i+j:i+j+30]!r} (expected {stmt[j:j+30]!r})"
 
 # %% ../nbs/01a_verify.ipynb #1eb09d8f
+_HEAD_IN = re.compile(r"(open)((?:\s+(?!in\b)[^\s()]+)+)\s+in\b\s*|(set_option)\s+(\S+)\s+(\S+)\s+in\b\s*")
+_HEAD_DECL = re.compile(r"(?:@\[\s*(simp)\s*\]\s*)?(?:(?:private|protected|noncomputable)\s+)*(?:theorem|lemma)\s+([^\s:({\[⦃]+)")
+_HEAD_OTHER = re.compile(r"(open)((?:\s+[^\s()]+)+)\s*$|(namespace)\s+\S+\s*$|(?:noncomputable\s+)?(section)(?:\s+\S+)?\s*$|(end)(?:\s+\S+)?\s*$"
+                         r"|(set_option)\s+(\S+)\s+\S+\s*$|(#print)\s+axioms\s+(\S+)\s*$")
+
+def _items(code:str, clean:str) -> list[tuple[int, int]]:
+    "(start, end) offsets in `clean` of the top-level items: each starts at a line with code in column 0."
+    starts, pos = [], 0
+    for raw, line in zip(code.split('\n'), clean.split('\n')):
+        if line.strip() and (not line[0].isspace() or raw[:2] in ('/-', '--') or not starts): starts.append(pos)
+        pos += len(line) + 1
+    return [(a, b) for a, b in zip(starts, starts[1:] + [len(clean)])]
+
+def _header_opens(header:str) -> set[str]:
+    return {w for line in lean_code_only(header).split('\n') if line.startswith('open ') for w in line.split()[1:]}
+
+def _toplevel(code:str, clean:str, problem:dict, policy:dict):
+    "(first violation or None, validated spans, lines of a trailing `#print axioms`) for the top level of `clean`."
+    name, opens = theorem_name(problem['formal_statement']), _header_opens(problem.get('header', ''))
+    ok, printed, scopes, seen_main, open_in, bad = [], [], [], False, None, []
+    items = _items(code, clean)
+    for k, (a, b) in enumerate(items):
+        text, line = clean[a:b], _line(clean, a)
+        i = len(text) - len(text.lstrip())
+        while m := _HEAD_IN.match(text, i):                  # `open A in`, `set_option X v in` prefixes
+            if m.group(3) and not _option_ok(m.group(4), policy['set_options']): bad.append(('set_option', f'{m.group(4)!r} at line {line} is not allowed'))
+            if m.group(1): open_in = line
+            ok.append((a + i, a + m.end())); i = m.end()
+        if d := _HEAD_DECL.match(text, i):
+            main = d.group(2) == name
+            if main and open_in: bad.append(('open', f'`open … in` at line {open_in} reaches the theorem'))
+            if main and (ns := [l for kind, l in scopes if kind == 'namespace']):
+                bad.append(('namespace', f'theorem {name} is declared inside the namespace opened at line {ns[-1]}'))
+            seen_main, open_in = seen_main or main, None
+            ok.append((a + i, a + d.end() - len(d.group(2))))
+            continue
+        if not text[i:].strip(): continue                     # a prefix alone on its line: it applies to the next item
+        o = _HEAD_OTHER.match(text, i)
+        if o is None or open_in:
+            bad.append(('toplevel', f'{text[i:].split()[0]!r} at line {line} is not allowed at the top level')); continue
+        if o.group(1):
+            words = set(o.group(2).split())
+            if {'hiding', 'renaming', 'scoped', '→'} & words or (words - opens and not seen_main):
+                bad.append(('open', f"`open{o.group(2).rstrip()}` at line {line}: before the theorem only the header's opens {sorted(opens)}"))
+                continue
+        elif o.group(3) or o.group(4): scopes.append((o.group(3) or o.group(4), line))
+        elif o.group(5) and scopes: scopes.pop()
+        elif o.group(6) and not _option_ok(o.group(7), policy['set_options']): continue   # left to the word scan
+        elif o.group(8):
+            trailing = all(clean[x:y].lstrip().startswith('#print') for x, y in items[k+1:])
+            if not (seen_main and trailing and o.group(9) in (name, f'_root_.{name}')): continue   # the word scan rejects it
+            printed.append(line)
+        ok.append((a + i, b))
+    return (bad[0] if bad else None), ok, printed
+
+# %% ../nbs/01a_verify.ipynb #a5e7b53a
 _TOKEN = re.compile(r"#?[\w'!?]+(?:\.[\w'!?]+)*")
+_OPEN_IN = re.compile(r"open(?:\s+(?!in\b)[^\s()]+)+\s+in\b")
 
 def _line(text:str, pos:int) -> int: return text.count('\n', 0, pos) + 1
 
@@ -157,7 +234,7 @@ def _option_ok(opt:str, allowed) -> bool:
     return any(opt == a or (a.endswith('.') and opt.startswith(a)) for a in allowed)
 
 def _scan(clean:str, set_options) -> dict:
-    "The first hit of each token rule in `clean`: {rule: (token, position)}."
+    "The first hit of each word rule in `clean`: {rule: detail}."
     hits = {}
     for m in _TOKEN.finditer(clean):
         tok = m.group()
@@ -166,31 +243,50 @@ def _scan(clean:str, set_options) -> dict:
                 parts = tok.split('.')
                 rule = _KEYWORDS.get(parts[0]) or next((_NAMES[p] for p in parts if p in _NAMES), None)
             elif tok[0] == '#': rule = 'hash_command'
-            elif tok == 'r' and clean[m.end():m.end()+1] in ('"', '#'): rule = 'lexer'
+            elif tok == 'open' and not _OPEN_IN.match(clean, m.start()): rule = 'open'
             elif tok == 'set_option':
                 nxt = _TOKEN.search(clean, m.end())
                 if not _option_ok(opt := nxt.group() if nxt else '', set_options): rule, tok = 'set_option', opt
-        if rule and rule not in hits: hits[rule] = (tok, m.start())
-    if (i := clean.find('«')) >= 0: hits.setdefault('lexer', ('«', i))
+        if rule and rule not in hits:
+            hits[rule] = f'{tok!r} at line {_line(clean, m.start())}' + (' is not allowed' if rule in ('set_option', 'open') else '')
     return hits
+
+def _blank(text:str, spans) -> str:
+    "`text` with the characters of `spans` replaced by spaces (line breaks kept)."
+    out = list(text)
+    for a, b in spans:
+        for i in range(a, b):
+            if out[i] != '\n': out[i] = ' '
+    return ''.join(out)
+
+def prepare(code:str,            # the extracted Lean code
+            problem:dict,        # the problem record it claims to prove
+            policy:dict|None=None, # a policy from `load_policy` (default: DEFAULT_POLICY)
+           ) -> tuple[str|None, str]: # (None if the code may go to Lean else the reason, the body to send)
+    "Pre-check `code` and build the body Lean checks."
+    policy = policy or DEFAULT_POLICY
+    body = split_code(code)[1]
+    clean = lean_code_only(body)
+    violation, ok, printed = _toplevel(body, clean, problem, policy)
+    hits = _scan(_blank(clean, ok), policy['set_options'])
+    if (e := lexical_error(body)) is not None: hits.setdefault('lexer', f'{e[0]} at line {_line(body, e[1])}')
+    if violation: hits[violation[0]] = violation[1]
+    lines = body.split('\n')
+    for l in printed: lines[l - 1] = ''
+    for r in RULES:
+        rule = r['rule']
+        if not policy['rules'][rule]: continue
+        if rule == 'statement':
+            if reason := check_statement(clean, problem): return reason, body
+        elif rule in hits: return f'{rule}: {hits[rule]}', body
+    return None, '\n'.join(lines)
 
 def precheck(code:str,            # the extracted Lean code
              problem:dict,        # the problem record it claims to prove
              policy:dict|None=None, # a policy from `load_policy` (default: DEFAULT_POLICY)
             ) -> str|None:        # None if the code may go to Lean, else the reason
     "Reject cheats and unfaithful statements before any Lean runs."
-    policy = policy or DEFAULT_POLICY
-    clean = lean_code_only(split_code(code)[1])
-    hits = _scan(clean, policy['set_options'])
-    for r in RULES:
-        rule = r['rule']
-        if not policy['rules'][rule]: continue
-        if rule == 'statement':
-            if reason := check_statement(clean, problem): return reason
-        elif rule in hits:
-            tok, pos = hits[rule]
-            return f'{rule}: {tok!r} at line {_line(clean, pos)}' + (' is not allowed' if rule == 'set_option' else '')
-    return None
+    return prepare(code, problem, policy)[0]
 
 # %% ../nbs/01a_verify.ipynb #64a2ee89
 class LeanError(Exception):

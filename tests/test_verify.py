@@ -82,11 +82,36 @@ CHEATS = [  # (id, problem name, code, rule that must reject it)
     ('def shadowing', N, H + 'def sqrt (x : ℝ) : ℝ := 0\n' + S + P, 'definition'),
     ('abbrev', N, H + 'abbrev K := ℕ\n' + S + P, 'definition'),
     ('variable adds a hypothesis', N, H + 'variable (h : False)\n' + S + '  exact h.elim', 'scope'),
-    ('open ... in', N, H + 'open Complex in\n' + S + P, 'scope'),
-    ('namespace', N, H + 'namespace X\n' + S + P + '\nend X', 'scope'),
+    ('open ... in before the theorem', N, H + 'open Complex in\n' + S + P, 'open'),
+    ('open after a helper, before the theorem', N, H + 'lemma h : True := trivial\nopen Complex\n' + S + P, 'open'),
+    ('open hiding', N, H + S + P + '\nopen Real hiding sqrt\n', 'open'),
+    ('theorem inside a namespace', N, H + 'namespace X\n' + S + P + '\nend X', 'namespace'),
+    ('indented namespace', N, H + 'lemma h : True := by\n  trivial\n  namespace X\n' + S + P, 'scope'),
     ('late import', N, H + 'theorem helper : True := trivial\nimport Mathlib.Tactic\n' + S + P, 'import'),
-    ('raw string', N, H + S + '  have : r"\\" = r"\\" := rfl\n' + P, 'lexer'),
-    ('quoted name', N, H + S.replace(N, f'«{N}»') + P, 'lexer'),
+    ('unterminated comment', N, H + S + P + '\n/- never closed', 'lexer'),
+    ('unterminated string', N, H + S + '  have := "abc\n' + P, 'lexer'),
+    ('quoted name (Lean reads the same name; the text check does not)', N, H + S.replace(N, f'«{N}»') + P, 'statement'),
+    # Lean's comment rule: after `/-` one character is skipped, so `/-/-` is ONE opener (a nesting lexer hid the axiom)
+    ('axiom hidden by the /-/- rule', N, H + '/-/- -/\naxiom cheat : ∀ y : ℂ, 7 * (3 * y + 2) = 21 * y + 14\n-- -/\n' + S + '  exact cheat y', 'axiom'),
+    ('hypothesis hidden by the /-/- rule', N, H + S.replace('(y : ℂ)', '(y : ℂ) /-/- -/ (hf : False) -- -/') + '  exact hf.elim', 'statement'),
+    ('instance hidden by the /-/- rule', N, H + '/-/- -/ local instance : Mul ℂ := ⟨fun a _ => a⟩ -- -/\n' + S + P, 'instance'),
+    ('decoy statement in a /-/- comment', N, H + '/-/- -/ theorem mathd_algebra_182 (y : ℂ) : True := trivial -- -/\n' + S + P, 'statement'),
+    ('sorry in an interpolated string', N, H + S + '  have := s!"{(sorry : ℕ)}"\n' + P, 'sorry'),
+    ('sorry in m! after a comment', N, H + S + '  have := m! /- c -/ "{(sorry : ℕ)}"\n' + P, 'sorry'),
+    ('stop', N, H + S + '  stop\n' + P, 'sorry'),
+    ('decide +native', B['name'], H + SB + '  decide +native', 'native_decide'),
+    ('bv_decide', B['name'], H + SB + '  bv_decide', 'native_decide'),
+    ('Lean.trustCompiler', N, H + S + '  exact absurd Lean.trustCompiler id', 'native_decide'),
+    ('simproc', N, H + 'simproc cheat (foo _) := fun _ => pure none\n' + S + P, 'metaprogram'),
+    ('dsimproc', N, H + 'dsimproc cheat (foo _) := fun _ => pure none\n' + S + P, 'metaprogram'),
+    ('variables (Mathlib)', N, H + 'variables (h : False)\n' + S + '  exact h.elim', 'scope'),
+    ('variable?', N, H + 'variable? [Mul ℂ]\n' + S + P, 'scope'),
+    ('variable!', N, H + 'variable! (h : False)\n' + S + P, 'scope'),
+    ('unlisted command (deny by default)', N, H + 'suppress_compilation\n' + S + P, 'toplevel'),
+    ('indented theorem', N, H + S + P + '\n  theorem x : True := trivial', 'toplevel'),
+    ('set_option in before the theorem', N, H + 'set_option autoImplicit true in\n' + S + P, 'set_option'),
+    ('#print axioms not trailing', N, H + S + P + '\n#print axioms mathd_algebra_182\ntheorem x : True := trivial', 'hash_command'),
+    ('#print axioms of another name', N, H + S + P + '\n#print axioms Nat.add_comm', 'hash_command'),
     ('extra hypothesis', N, H + S.replace('(y : ℂ)', '(y : ℂ) (hf : False)') + '  exact hf.elim', 'statement'),
     ('changed type', N, H + S.replace('(y : ℂ)', '(y : ℕ)') + P, 'statement'),
     ('changed conclusion', N, H + S.replace('21 * y + 14', '7 * (3 * y + 2)') + '  rfl', 'statement'),
@@ -108,6 +133,15 @@ LEGIT = [  # (id, problem name, completion)
     ('CRLF line endings', N, fence((H + S + P).replace('\n', '\r\n'))),
     ('a draft with sorry, then the final proof', N, '```lean4\n' + S + '  sorry\n```\nNow properly:\n' + fence(H + S + P)),
     ('docstring before the theorem', N, fence(H + '/-- Expand 7(3y+2). -/\n' + S + P)),
+    ('trailing #print axioms of the theorem', N, fence(H + S + P + f'\n\n#print axioms {N}\n')),
+    ('set_option tactic.hygienic false', N, fence(H + 'set_option tactic.hygienic false\n' + S + P)),
+    ('set_option ... in before the theorem', N, fence(H + 'set_option maxHeartbeats 400000 in\n' + S + P)),
+    ('term-mode proof', N, fence(H + S.replace(':= by', ':=') + '  (by ring)')),
+    ('open Foo in before a helper', N, fence(H + 'open Real in\nlemma helper (y : ℂ) : 7 * (3 * y + 2) = 21 * y + 14 := by ring\n\n' + S + '  exact helper y')),
+    ('namespace around a helper', N, fence(H + 'namespace Foo\nlemma helper : True := trivial\nend Foo\n\n' + S + P)),
+    ('open after the theorem', N, fence(H + S + P + '\nopen Complex\n')),
+    ('open ... in inside the proof', N, fence(H + S + '  open Real in\n' + P)),
+    ('raw string and «name» in a proof', N, fence(H + S + '  have : r"\\" = r#"\\"# := rfl\n  have «my h» : True := trivial\n' + P)),
     ('statement reflowed over lines', C['name'], fence(few_shot_code(C).replace('(k x : ℝ) (h₀', '(k x : ℝ)\n    (h₀'))),
 ]
 
@@ -128,6 +162,13 @@ def test_table_sizes():
 def test_all_few_shot_proofs_pass_precheck():
     bad = [(r['name'], precheck(extract_code(fence(few_shot_code(r))), MINIF2F[r['name']])) for r in FEW_SHOT]
     assert len(FEW_SHOT) == 67 and [b for b in bad if b[1]] == []
+
+def test_lean_workbook_proofs_pass_with_their_own_statements():
+    from ei_nb.demo import workbook_problems
+    rows = workbook_problems()
+    assert len(rows) == 100
+    assert [(p['name'], precheck(p['header'] + p['formal_statement'] + proof, p)) for p, proof, _ in rows
+            if precheck(p['header'] + p['formal_statement'] + proof, p)] == []
 
 def test_dsv2_solutions_429_pass_9_unfaithful():
     res = [(r, precheck(extract_code(fence(r['full_code'])), MINIF2F[r['name']])) for r in DSV2]
