@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 # %% auto #0
-__all__ = ['ID_FIRST', 'ID_REST', 'spans', 'lexical_error', 'labels', 'code_only', 'reference_labels']
+__all__ = ['ID_FIRST', 'ID_REST', 'spans', 'lexical_error', 'labels', 'code_only', 'analyse', 'reference_labels']
 
 # %% ../nbs/lean_lex.ipynb #1b714730
 _LETTER_LIKE = [(0x3b1, 0x3ba), (0x3bc, 0x3c9), (0x391, 0x39f), (0x3a1, 0x3a2), (0x3a4, 0x3a9), (0x3ca, 0x3fb),
@@ -20,22 +20,25 @@ ID_FIRST = 'A-Za-z_' + _cls(_LETTER_LIKE)
 ID_REST = ID_FIRST + "0-9'!?" + _cls(_SUBSCRIPT)
 
 # %% ../nbs/lean_lex.ipynb #428536bd
-_IDENT = rf"[{ID_FIRST}][{ID_REST}]*(?:\.[{ID_FIRST}][{ID_REST}]*)*"
-_NUMBER = r"0[xX][0-9a-fA-F]+|0[bB][01]+|0[oO][0-7]+|[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?"
-_QUOTE_TOKENS = r"''|⁻¹'"
-_CODE = rf"""(?:(?![smf]!(?![{ID_REST}]|\.[{ID_FIRST}«])|r\#*")(?:{_IDENT})|{_NUMBER}|{_QUOTE_TOKENS}|/(?!-)|-(?!-)|[^"'/\-«{{}}{ID_FIRST}0-9])+"""
-_TOKEN = re.compile(rf"""(?P<code>{_CODE})
-  |(?P<line>--[^\n]*)
-  |(?P<block>/-[-!]?)
-  |(?P<str>"(?:[^"\\]|\\.)*")
-  |(?P<bang>[smf]!)
-  |(?P<raw>r(?P<hashes>\#*)")
-  |(?P<esc>«[^»]*»)
-  |(?P<char>'(?:\\(?:[\\"'rnt]|x[0-9a-fA-F]{{2}}|u[0-9a-fA-F]{{4}})|[^\\'])')
-  |(?P<open>\{{)|(?P<close>\}})
-  |(?P<other>.)""", re.X | re.S)
+_NUMBER = re.compile(r"0[xX][0-9a-fA-F]+|0[bB][01]+|0[oO][0-7]+|[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?")
+_RUN = re.compile(rf"[{ID_REST}.]+")
+_IS_REST = re.compile(rf"[{ID_REST}]")
+_POINT = re.compile(r'/-|--|["\'«]|[smf]!|r#*"')
+_POINT_BRACES = re.compile(r'/-|--|["\'«{}]|[smf]!|r#*"')
 _BLOCK = re.compile(r'/-|-/')
 _ISTR = re.compile(r'(?:[^"\\{]|\\.)*', re.S)
+_STR = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_CHAR = re.compile(r"""'(?:\\(?:[\\"'rnt]|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4})|[^\\'])'""")
+_BANG_END = re.compile(rf"[{ID_REST}]|\.[{ID_FIRST}«]")
+
+def _token_start(text:str, j:int) -> bool:
+    "Does a token start at `j`? Not inside an identifier; yes after blanks, symbols, `»`, or a whole numeral."
+    if j == 0 or not _IS_REST.match(text, j - 1): return True
+    k = j - 1
+    while k > 0 and _RUN.match(text, k - 1, k): k -= 1        # back to the start of the name or numeral
+    if text[k] == '.': k += 1
+    m = _NUMBER.match(text, k)
+    return bool(m) and m.end() == j and '0' <= text[k] <= '9'
 
 def _block_end(text:str, body:int) -> int:
     "End of a block comment whose body starts at `body` (nesting 1), as Lean's `finishCommentBlock` finds it."
@@ -47,32 +50,53 @@ def _block_end(text:str, body:int) -> int:
 
 def _lex(text:str, i:int, out:list, stop_at_brace:bool) -> int:
     "Append (kind, start, end) spans of `text` from `i`; in an interpolation stop at the matching `}`."
-    depth, n, match, interpolate = 0, len(text), _TOKEN.match, False
-    while i < n:
-        m = match(text, i); kind, j = m.lastgroup, m.end()
-        if kind == 'block':
-            body = j if len(m.group()) == 3 else j + 1     # `/-x`: Lean skips x before it looks for nesting
-            j = _block_end(text, body) if body <= n else n + 1
-            if j > n: j = n; out.append(('unterminated comment', i, i))
-            out.append(('comment', i, j))
-        elif kind == 'line': out.append(('comment', i, j))
-        elif kind == 'str' and interpolate: j = _lex_interpolated(text, i, out)
-        elif kind in ('str', 'char'): out.append(('string', i, j))
-        elif kind == 'raw':
-            k = text.find('"' + m.group('hashes'), j)
-            j = n if k < 0 else k + 1 + len(m.group('hashes'))
-            out.append(('string', i, j))
-            if k < 0: out.append(('unterminated raw string', i, i))
-        else:
-            if kind == 'other' and m.group() in '"«': out.append(('unterminated string' if m.group() == '"' else 'unterminated «name»', i, i))
-            if kind == 'open': depth += 1
-            elif kind == 'close':
-                if stop_at_brace and depth == 0: return i
-                depth -= 1
+    n, depth, point, bang = len(text), 0, (_POINT_BRACES if stop_at_brace else _POINT).search, -1
+    while (m := point(text, i)):
+        j, tok = m.start(), m.group()
+        if j > i:
             out.append(('code', i, j))
-        # `s!`, `m!`, `f!` make the next string (after blanks and comments) an interpolated one
-        interpolate = kind == 'bang' or (interpolate and (kind in ('line', 'block') or (kind == 'code' and m.group().isspace())))
-        i = j
+            if text[i:j].strip(): bang = -1                    # a pending `s!` needs the string next (blanks, comments between)
+        e = m.end()
+        if tok == '/-':
+            body = e + 1       # `/-x`: Lean skips x before it looks for nesting; `/--`, `/-!` (doc comments) start there too
+            e = _block_end(text, body) if body <= n else n + 1
+            if e > n: e = n; out.append(('unterminated comment', j, j))
+            out.append(('comment', j, e)); i = e; continue           # blanks and comments keep a pending `s!`
+        if tok == '--':
+            k = text.find('\n', j); e = n if k < 0 else k
+            out.append(('comment', j, e)); i = e; continue
+        interpolate, bang = bang >= 0, -1
+        if tok == '"':
+            if interpolate: e = _lex_interpolated(text, j, out)
+            elif (s := _STR.match(text, j)): e = s.end(); out.append(('string', j, e))
+            else: out.append(('unterminated string', j, j)); out.append(('code', j, e))
+        elif tok == "'":
+            if not _token_start(text, j) or text.startswith('⁻¹', j - 2): out.append(('code', j, e))
+            elif text.startswith("''", j): e = j + 2; out.append(('code', j, e))        # Mathlib's `''` token
+            elif (c := _CHAR.match(text, j)): e = c.end(); out.append(('string', j, e))
+            else: out.append(('code', j, e))                                              # not a char: Lean errors
+        elif tok == '«':
+            k = text.find('»', e)
+            if k < 0: out.append(('unterminated «name»', j, j)); e = n
+            else: e = k + 1
+            out.append(('code', j, e))
+        elif tok == '{': depth += 1; out.append(('code', j, e))
+        elif tok == '}':
+            if depth == 0: return j
+            depth -= 1; out.append(('code', j, e))
+        elif tok[0] == 'r':                                    # r"…", r#"…"#: a raw string, if a token starts here
+            if not _token_start(text, j): e = j + 1; out.append(('code', j, e))
+            else:
+                close = '"' + tok[1:-1]
+                k = text.find(close, e)
+                if k < 0: out.append(('unterminated raw string', j, j)); e = n
+                else: e = k + len(close)
+                out.append(('string', j, e))
+        else:                                                  # s! m! f!: the token, if it is not part of a name
+            if _token_start(text, j) and not _BANG_END.match(text, e): bang = e
+            out.append(('code', j, e))
+        i = e
+    if i < n: out.append(('code', i, n))
     return n
 
 def _lex_interpolated(text:str, i:int, out:list) -> int:
@@ -88,8 +112,12 @@ def _lex_interpolated(text:str, i:int, out:list) -> int:
 
 def spans(text:str) -> list[tuple[str, int, int]]:
     "The file as (kind, start, end) spans, kind `code`, `comment` or `string`, merged where adjacent."
-    raw, merged = [], []
+    raw = []
     _lex(text, 0, raw, False)
+    return _merge(raw)
+
+def _merge(raw:list) -> list:
+    merged = []
     for k, a, b in raw:
         if a == b: continue
         if merged and merged[-1][0] == k and merged[-1][2] == a: merged[-1] = (k, merged[-1][1], b)
@@ -97,11 +125,13 @@ def spans(text:str) -> list[tuple[str, int, int]]:
     return merged
 
 # %% ../nbs/lean_lex.ipynb #ffdd47ec
+def _first_error(raw:list): return next(((k, a) for k, a, b in raw if k.startswith('unterminated')), None)
+
 def lexical_error(text:str) -> tuple[str, int]|None:
     "(what, position) of the first unterminated comment, string or «name» in `text`, or None."
     out = []
     _lex(text, 0, out, False)
-    return next(((k, a) for k, a, b in out if k.startswith('unterminated')), None)
+    return _first_error(out)
 
 # %% ../nbs/lean_lex.ipynb #be4e3520
 def labels(text:str) -> str:
@@ -111,8 +141,17 @@ def labels(text:str) -> str:
 # %% ../nbs/lean_lex.ipynb #7c919512
 def code_only(text:str) -> str:
     "`text` with comments blanked (line breaks kept) and strings emptied to `\"\"`, chars to `' '`; code verbatim."
+    return _code_only(text, spans(text))
+
+def analyse(text:str) -> tuple[str, tuple[str, int]|None]:
+    "`(code_only(text), lexical_error(text))` from one pass of the lexer."
     out = []
-    for k, a, b in spans(text):
+    _lex(text, 0, out, False)
+    return _code_only(text, _merge(out)), _first_error(out)
+
+def _code_only(text, spans) -> str:
+    out = []
+    for k, a, b in spans:
         if k == 'code': out.append(text[a:b])
         elif k == 'comment': out.append(' ' + '\n' * text.count('\n', a, b))
         else: out.append("' '" if text[a] == "'" else '""')

@@ -12,7 +12,8 @@ from typing import Iterable, Iterator
 from .core import (VERDICTS, BadInput, RecordError, StageFailed, atomic_write_json, check_record, iter_jsonl, lean_code_only,
                         normalize_ws, read_problems, read_samples, sha256_json, theorem_name, write_records)
 from .cli import parser, say
-from .lean_lex import lexical_error
+from .lean_lex import analyse, lexical_error
+from functools import lru_cache
 
 # %% auto #0
 __all__ = ['RULES', 'DEFAULT_POLICY', 'NO_FLUSH_HINT', 'CACHE_VERSION', 'extract_code', 'split_code', 'policy_table',
@@ -22,29 +23,55 @@ __all__ = ['RULES', 'DEFAULT_POLICY', 'NO_FLUSH_HINT', 'CACHE_VERSION', 'extract
            'make_verifier', 'verify_cli']
 
 # %% ../nbs/01a_verify.ipynb #f0bacce4
-_FENCE = re.compile(r'^[ \t]*```[ \t]*(lean4|lean)[ \t]*\r?\n(.*?)^[ \t]*```[ \t]*\r?$', re.M | re.S | re.I)
+_OPENER = re.compile(r'[ \t]*(lean4|lean)[ \t]*\r?', re.I)
+_CLOSER = re.compile(r'[ \t]*\r?')
+
+def _fence_lines(text:str) -> list[tuple[int, int, str]]:
+    "(line start, line end, text after the backticks) of every line that is blanks then ``` (found with str.find)."
+    out, i = [], text.find('```')
+    while i >= 0:
+        start = text.rfind('\n', 0, i) + 1
+        if not text[start:i].strip(' \t'):
+            end = text.find('\n', i)
+            end = len(text) if end < 0 else end
+            out.append((start, end, text[i + 3:end]))
+            i = text.find('```', end)
+        else: i = text.find('```', i + 3)
+    return out
 
 def extract_code(completion:str, # the model's full output
                 ) -> str|None:   # the code of the last ```lean4 block (else last ```lean block), or None
     "The Lean code a completion proposes, or `None` (verdict `no_code`)."
-    blocks = _FENCE.findall(completion)
+    fences, blocks, k = _fence_lines(completion), [], 0
+    while k < len(fences):
+        o = _OPENER.fullmatch(fences[k][2])
+        close = next((j for j in range(k + 1, len(fences)) if _CLOSER.fullmatch(fences[j][2])), None) if o else None
+        if close is None: k += 1; continue
+        blocks.append((o.group(1).lower(), completion[fences[k][1] + 1:fences[close][0]]))
+        k = close + 1
     for tag in ('lean4', 'lean'):
-        found = [code for t, code in blocks if t.lower() == tag]
+        found = [code for t, code in blocks if t == tag]
         if found: return found[-1]
     return None
 
 # %% ../nbs/01a_verify.ipynb #5fab364c
 _PRELUDE = re.compile(r'import\s+\S+|set_option\s+maxHeartbeats\s+\d+|open\s+(?!.*\sin$).+')
 
-def split_code(code:str) -> tuple[str, str]:
-    "Split `code` into the repeated header lines (`import`/`open`/`set_option maxHeartbeats`) and the body, prelude lines blanked."
-    raw, clean, pre = code.split('\n'), lean_code_only(code).split('\n'), set()
+def _split(code:str):
+    "(prelude line indices, raw lines, code-only lines, lexical error) of `code`, from one pass of the lexer."
+    clean, err = analyse(code)
+    raw, clean, pre = code.split('\n'), clean.split('\n'), set()
     # up to the first line of real code only comments precede, and comments keep their line breaks
     for i, (r, c) in enumerate(zip(raw, clean)):
         c = c.strip()
         if not c: continue
         if not (_PRELUDE.fullmatch(c) and r.split('--')[0].strip() == c): break
         pre.add(i)
+    return pre, raw, clean, err
+
+def split_code(code:str) -> tuple[str, str]:
+    "Split `code` into the repeated header lines (`import`/`open`/`set_option maxHeartbeats`) and the body, prelude lines blanked."
+    pre, raw, _, _ = _split(code)
     return ('\n'.join(raw[i] for i in sorted(pre)),
             '\n'.join('' if i in pre else r for i, r in enumerate(raw)))
 
@@ -145,23 +172,41 @@ def allowed_axioms(policy:dict) -> set[str]:
     return set(policy['axioms']) | {a for r in RULES if not policy['rules'][r['rule']] for a in r.get('axioms', ())}
 
 # %% ../nbs/01a_verify.ipynb #bba013bd
-def _decl(name:str):
-    return re.compile(r"(?<![\w'!?.])(?:theorem|lemma)\s+" + re.escape(name) + r"(?![\w'!?.])")
+_NAME_CHAR = re.compile(r"[\w'!?.]")
+
+def _declarations(norm:str, name:str) -> list[int]:
+    "Offsets of `theorem NAME`/`lemma NAME` in whitespace-normalised code (found with str.find: this runs on every proof)."
+    out, i = [], norm.find(name)
+    while i >= 0:
+        end = i + len(name)
+        if not _NAME_CHAR.match(norm, end) if end < len(norm) else True:
+            for kw in ('theorem ', 'lemma '):
+                k = i - len(kw)
+                if k >= 0 and norm.startswith(kw, k) and (k == 0 or not _NAME_CHAR.match(norm, k - 1)): out.append(k)
+        i = norm.find(name, i + 1)
+    return out
 
 def _norm(text:str) -> str: return normalize_ws(text.replace(':=', ' := '))
 
 def _statement(problem:dict) -> str:
     "The problem's statement up to and including `:=`, comments removed, whitespace normalised."
-    return re.sub(r'\s*:=\s*(?:by)?$', '', _norm(lean_code_only(problem['formal_statement']))) + ' :='
+    return _statement_of(problem['formal_statement'])
+
+@lru_cache(maxsize=8192)
+def _name(statement:str) -> str|None: return theorem_name(statement)
+
+@lru_cache(maxsize=8192)
+def _statement_of(formal_statement:str) -> str:
+    return re.sub(r'\s*:=\s*(?:by)?$', '', _norm(lean_code_only(formal_statement))) + ' :='
 
 def check_statement(clean:str,  # the body, comments removed (`lean_code_only`)
                     problem:dict, # a problem record: `formal_statement` ends with `:= by`
                    ) -> str|None:
     "None if `clean` declares the problem's theorem once with its exact statement (up to `:=`), else the reason."
-    name = theorem_name(problem['formal_statement'])
+    name = _name(problem['formal_statement'])
     if not name: raise BadInput(f"problem {problem.get('name')!r}: formal_statement declares no theorem")
     stmt, norm = _statement(problem), _norm(clean)
-    hits = [m.start() for m in _decl(name).finditer(norm)]
+    hits = _declarations(norm, name)
     if not hits: return f'statement: theorem {name} is not declared'
     if len(hits) > 1: return f'statement: theorem {name} is declared {len(hits)} times'
     i = hits[0]
@@ -175,20 +220,28 @@ _HEAD_DECL = re.compile(r"(?:@\[\s*(simp)\s*\]\s*)?(?:(?:private|protected|nonco
 _HEAD_OTHER = re.compile(r"(open)((?:\s+[^\s()]+)+)\s*$|(namespace)\s+\S+\s*$|(?:noncomputable\s+)?(section)(?:\s+\S+)?\s*$|(end)(?:\s+\S+)?\s*$"
                          r"|(set_option)\s+(\S+)\s+\S+\s*$|(#print)\s+axioms\s+(\S+)\s*$")
 
+_COL0 = re.compile(r'^\S', re.M)
+_COMMENT_COL0 = re.compile(r'^(?:/-|--)', re.M)
+
 def _items(code:str, clean:str) -> list[tuple[int, int]]:
     "(start, end) offsets in `clean` of the top-level items: each starts at a line with code in column 0."
-    starts, pos = [], 0
-    for raw, line in zip(code.split('\n'), clean.split('\n')):
-        if line.strip() and (not line[0].isspace() or raw[:2] in ('/-', '--') or not starts): starts.append(pos)
-        pos += len(line) + 1
-    return [(a, b) for a, b in zip(starts, starts[1:] + [len(clean)])]
+    heads = {m.start() for m in _COL0.finditer(clean)}
+    # a line that starts with a comment starts an item if code follows on it (`/- doc -/ theorem …`)
+    if commented := [code.count('\n', 0, m.start()) for m in _COMMENT_COL0.finditer(code)]:
+        lines = clean.split('\n'); offsets = list(itertools.accumulate((len(l) + 1 for l in lines), initial=0))
+        heads |= {offsets[i] for i in commented if lines[i].strip()}
+    first = len(clean) - len(clean.lstrip())
+    if first < len(clean): heads.add(clean.rfind('\n', 0, first) + 1)
+    starts = sorted(heads)
+    return list(zip(starts, starts[1:] + [len(clean)]))
 
-def _header_opens(header:str) -> set[str]:
-    return {w for line in lean_code_only(header).split('\n') if line.startswith('open ') for w in line.split()[1:]}
+@lru_cache(maxsize=1024)
+def _header_opens(header:str) -> frozenset[str]:
+    return frozenset(w for line in lean_code_only(header).split('\n') if line.startswith('open ') for w in line.split()[1:])
 
 def _toplevel(code:str, clean:str, problem:dict, policy:dict):
     "(first violation or None, validated spans, lines of a trailing `#print axioms`) for the top level of `clean`."
-    name, opens = theorem_name(problem['formal_statement']), _header_opens(problem.get('header', ''))
+    name, opens = _name(problem['formal_statement']), _header_opens(problem.get('header', ''))
     ok, printed, scopes, seen_main, open_in, bad = [], [], [], False, None, []
     items = _items(code, clean)
     for k, (a, b) in enumerate(items):
@@ -234,22 +287,36 @@ def _line(text:str, pos:int) -> int: return text.count('\n', 0, pos) + 1
 def _option_ok(opt:str, allowed) -> bool:
     return any(opt == a or (a.endswith('.') and opt.startswith(a)) for a in allowed)
 
+_SCAN_WORDS = sorted({*_WORDS, 'open', 'set_option'} - {w for w in _WORDS if w[0] == '#'})
+_B = r"[\w'!?]"
+
+@lru_cache(maxsize=None)
+def _word_re(w:str):
+    "Where `w` stands as a whole token: a keyword only as a name's first part, a name as any part of a dotted name."
+    before = rf"(?<!{_B})" if w in _NAMES else r"(?<![\w'!?.])"
+    return re.compile(before + re.escape(w) + rf"(?!{_B})")
+
+_HASH = re.compile(r"(?<![\w'!?.])#[\w'!?]+")
+
 def _scan(clean:str, set_options) -> dict:
     "The first hit of each word rule in `clean`: {rule: detail}."
-    hits = {}
-    for m in _TOKEN.finditer(clean):
-        tok = m.group()
-        if (rule := _WORDS.get(tok)) is None:
-            if '.' in tok:
-                parts = tok.split('.')
-                rule = _KEYWORDS.get(parts[0]) or next((_NAMES[p] for p in parts if p in _NAMES), None)
-            elif tok[0] == '#': rule = 'hash_command'
-            elif tok == 'open' and not _OPEN_IN.match(clean, m.start()): rule = 'open'
-            elif tok == 'set_option':
+    found = []
+    for w in (w for w in _SCAN_WORDS if w in clean):          # substring tests at C speed; most proofs stop here
+        for m in _word_re(w).finditer(clean):
+            tok, rule = w, _WORDS.get(w)
+            if w == 'open':
+                if _OPEN_IN.match(clean, m.start()): continue
+                rule = 'open'
+            elif w == 'set_option':
                 nxt = _TOKEN.search(clean, m.end())
-                if not _option_ok(opt := nxt.group() if nxt else '', set_options): rule, tok = 'set_option', opt
-        if rule and rule not in hits:
-            hits[rule] = f'{tok!r} at line {_line(clean, m.start())}' + (' is not allowed' if rule in ('set_option', 'open') else '')
+                if _option_ok(opt := nxt.group() if nxt else '', set_options): continue
+                rule, tok = 'set_option', opt
+            found.append((m.start(), rule, tok))
+    if '#' in clean: found += [(m.start(), _KEYWORDS.get(m.group(), 'hash_command'), m.group()) for m in _HASH.finditer(clean)]
+    hits = {}
+    for pos, rule, tok in sorted(found):
+        if rule not in hits:
+            hits[rule] = f'{tok!r} at line {_line(clean, pos)}' + (' is not allowed' if rule in ('set_option', 'open') else '')
     return hits
 
 def _blank(text:str, spans) -> str:
@@ -266,11 +333,12 @@ def prepare(code:str,            # the extracted Lean code
            ) -> tuple[str|None, str]: # (None if the code may go to Lean else the reason, the body to send)
     "Pre-check `code` and build the body Lean checks."
     policy = policy or DEFAULT_POLICY
-    body = split_code(code)[1]
-    clean = lean_code_only(body)
+    pre, raw, clean, e = _split(code)
+    for i in pre: raw[i] = clean[i] = ''          # prelude lines are pure code: blanking them moves nothing else
+    body, clean = '\n'.join(raw), '\n'.join(clean)
     violation, ok, printed = _toplevel(body, clean, problem, policy)
     hits = _scan(_blank(clean, ok), policy['set_options'])
-    if (e := lexical_error(body)) is not None: hits.setdefault('lexer', f'{e[0]} at line {_line(body, e[1])}')
+    if e is not None: hits.setdefault('lexer', f'{e[0]} at line {_line(body, e[1])}')
     if violation: hits[violation[0]] = violation[1]
     lines = body.split('\n')
     for l in printed: lines[l - 1] = ''

@@ -140,3 +140,23 @@ def test_verify_module_does_not_import_demo():
     out = subprocess.run([sys.executable, '-c', 'import sys, ei_nb.verify; print("ei_nb.demo" in sys.modules)'],
                          capture_output=True, text=True, env={**os.environ})
     assert out.stdout.strip() == 'False', out.stderr
+
+# ---------------------------------------------------------------- extraction: the fast scanner = the former regular expression
+import re
+from hypothesis import given, settings, strategies as st
+from ei_nb.verify import extract_code
+
+_OLD_FENCE = re.compile(r'^[ \t]*```[ \t]*(lean4|lean)[ \t]*\r?\n(.*?)^[ \t]*```[ \t]*\r?$', re.M | re.S | re.I)
+
+def _old_extract(completion):
+    blocks = _OLD_FENCE.findall(completion)
+    for tag in ('lean4', 'lean'):
+        found = [code for t, code in blocks if t.lower() == tag]
+        if found: return found[-1]
+    return None
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(st.sampled_from(['```', '```lean4', '```Lean', '```lean', '```python', ' ', '\t', '\n', '\r\n', 'x', 'theorem t',
+                                 '``', '`', 'lean4']), max_size=30).map(''.join))
+def test_extract_code_equals_the_former_regex(text):
+    assert extract_code(text) == _old_extract(text)
