@@ -164,11 +164,11 @@ def test_all_few_shot_proofs_pass_precheck():
     assert len(FEW_SHOT) == 67 and [b for b in bad if b[1]] == []
 
 def test_lean_workbook_proofs_pass_with_their_own_statements():
-    from ei_nb.demo import workbook_problems
-    rows = workbook_problems()
-    assert len(rows) == 100
-    assert [(p['name'], precheck(p['header'] + p['formal_statement'] + proof, p)) for p, proof, _ in rows
-            if precheck(p['header'] + p['formal_statement'] + proof, p)] == []
+    from ei_nb.demo import _workbook_rows      # the 102 rows of kimina-lean-server's lean-workbook file, full code
+    rows = _workbook_rows()
+    assert len(rows) == 102
+    probs = [({'name': r['id'], 'header': s['header'], 'formal_statement': s['formal_statement']}, r['code']) for r, s in rows]
+    assert [(p['name'], why) for p, code in probs if (why := precheck(code, p))] == []
 
 def test_dsv2_solutions_429_pass_9_unfaithful():
     res = [(r, precheck(extract_code(fence(r['full_code'])), MINIF2F[r['name']])) for r in DSV2]
