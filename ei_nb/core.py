@@ -11,10 +11,10 @@ from typing import Iterable, Iterator
 # %% auto #0
 __all__ = ['VERDICTS', 'SCHEMAS', 'KEYS', 'POOL_CAP', 'EVAL_CAP', 'SFT_MAX_TOKENS', 'EiError', 'BadInput', 'StageFailed',
            'DataStop', 'RecordError', 'fsync_dir', 'OutputError', 'remove_stale_temps', 'atomic_path',
-           'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'check_record', 'check_input', 'decode_line',
-           'iter_jsonl', 'read_records', 'read_problems', 'read_samples', 'read_verdicts', 'shared_data', 'read_frame',
-           'jsonl_bytes', 'write_records', 'lean_code_only', 'normalize_ws', 'theorem_name', 'statement_key',
-           'sha256_file', 'sha256_json']
+           'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'check_output', 'check_record',
+           'check_input', 'decode_line', 'iter_jsonl', 'read_records', 'read_problems', 'read_samples', 'read_verdicts',
+           'shared_data', 'read_frame', 'jsonl_bytes', 'write_records', 'lean_code_only', 'normalize_ws',
+           'theorem_name', 'statement_key', 'sha256_file', 'sha256_json']
 
 # %% ../nbs/core.ipynb #251d4eac
 class EiError(Exception):
@@ -124,6 +124,26 @@ def atomic_write_text(path, text:str):
 def atomic_write_json(path, obj, indent=2):
     "Write `obj` as pretty JSON atomically."
     return atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False, sort_keys=False)+'\n')
+
+# %% ../nbs/core.ipynb #fa5626a0
+def _same_file(a:Path, b:Path) -> bool:
+    try: sa, sb = os.stat(a), os.stat(b)
+    except OSError: return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+def check_output(out, inputs=(), flag:str='--out', is_dir:bool=False) -> Path:
+    "`out` unless it is (or, with `is_dir`, holds) one of `inputs`, is a directory where a file goes, or lies below a file: `BadInput` naming both."
+    out = Path(out)
+    if out.exists() and out.is_dir() != is_dir:
+        raise BadInput(f'{flag} {out}: cannot write: ' + ('Is a directory' if out.is_dir() else 'Not a directory'))
+    above = next((d for d in out.parents if d.exists()), None)
+    if above is not None and not above.is_dir(): raise BadInput(f'{flag} {out}: cannot write: {above} is a file, not a directory')
+    for i in inputs:
+        if i is None: continue
+        hit = (any(_same_file(f, Path(i)) for f in out.iterdir()) if is_dir and out.is_dir() else _same_file(out, Path(i)))
+        if hit or (is_dir and _same_file(out, Path(i))):
+            raise BadInput(f'{flag} {out} is the input {i} (same file): refusing to overwrite an input')
+    return out
 
 # %% ../nbs/core.ipynb #932c2298
 VERDICTS = ('pass', 'fail', 'error', 'no_code', 'unchecked')
