@@ -4,7 +4,7 @@
 
 # %% ../nbs/core.ipynb #1b3e41d7
 from __future__ import annotations
-import json, os, re, stat, math, time, errno, tempfile, hashlib, contextlib
+import json, os, re, stat, math, time, errno, codecs, tempfile, hashlib, contextlib
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -302,6 +302,19 @@ def _arrow_kind_ok(table, kind) -> bool:
     if kind in ('sample','verdict') and len(table) and pc.min(table['sample_idx']).as_py() < 0: return False
     return not _has_duplicate_keys(table, kind)
 
+def _utf8_ok(path, chunk:int=16<<20) -> bool:
+    "Whether the whole file is UTF-8 (pyarrow does not check): ASCII chunks pass at memory speed, others are decoded."
+    dec = codecs.getincrementaldecoder('utf-8')()
+    try:
+        with open(path, 'rb') as f:
+            while b := f.read(chunk):
+                if not b.isascii() or dec.getstate()[0]: dec.decode(b)
+        dec.decode(b'', final=True)
+    except UnicodeDecodeError: return False
+    return True
+
+_NUMERIC = {k: [f for f,(t,_) in fields.items() if set(t if isinstance(t, tuple) else (t,)) & {int, float}] for k, fields in SCHEMAS.items()}
+
 def _arrow_schema(kind:str, columns):
     "An explicit pyarrow schema for `columns` of record `kind` (keys always included)."
     import pyarrow as pa
@@ -319,19 +332,21 @@ def read_frame(path, kind:str='verdict', required:bool=True, columns=None):
     categoricals: a 3.2 M-row verdict file then needs a few hundred MB, not gigabytes."""
     import pyarrow.json as paj, pyarrow as pa, pyarrow.compute as pc
     path = check_input(path)
-    opts = paj.ParseOptions(explicit_schema=_arrow_schema(kind, columns), unexpected_field_behavior='ignore') if columns else None
-    try: table = paj.read_json(path, parse_options=opts)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError): table = None
+    wanted = list(dict.fromkeys([*KEYS[kind], *columns])) if columns else None
+    parsed = [*wanted, *_NUMERIC[kind]] if columns else None   # numbers are always checked: no NaN, 1e400 or `true`
+    opts = paj.ParseOptions(explicit_schema=_arrow_schema(kind, parsed), unexpected_field_behavior='ignore') if columns else None
+    try: table = paj.read_json(path, parse_options=opts) if _utf8_ok(path) else None
+    except pa.ArrowException: table = None
     if table is not None and columns:   # a field absent from every row is not in the table at all
         for f in opts.explicit_schema:
             if f.name not in table.column_names: table = table.append_column(f.name, pa.nulls(len(table), f.type))
-        table = table.select(list(dict.fromkeys([*KEYS[kind], *columns]))).combine_chunks()
+        table = table.combine_chunks()
         for i,f in enumerate(table.schema):   # categoricals: small in memory, and the key check reuses the codes
-            if pa.types.is_string(f.type): table = table.set_column(i, f.name, pc.dictionary_encode(table[f.name]))
+            if pa.types.is_string(f.type) and f.name in wanted: table = table.set_column(i, f.name, pc.dictionary_encode(table[f.name]))
     if table is None or not _arrow_kind_ok(table, kind) or (required and not len(table)):
         rows = read_records(path, kind, required)   # raises the precise error, or reads what pyarrow could not
         return _frame_of(rows, kind, columns)
-    return table.to_pandas()
+    return (table.select(wanted) if columns else table).to_pandas()
 
 def _frame_of(rows:list[dict], kind:str, columns=None):
     "The DataFrame `read_frame` returns, built from exactly-read rows."
