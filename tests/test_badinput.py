@@ -90,7 +90,11 @@ def _cmd(command, d, verdicts):
                          '--out', d/'out.jsonl', '--tokenizer', d/'no_tokenizer']}[command]
 
 
-@pytest.mark.parametrize('command', ['stats', 'select', 'mcnemar', 'sft-data'])
+SLOW = pytest.mark.slow   # the same reader under every other command: run with -m slow
+def _commands(fast, *others): return [fast, *(pytest.param(c, marks=SLOW) for c in others)]
+
+
+@pytest.mark.parametrize('command', _commands('stats', 'select', 'mcnemar', 'sft-data'))
 @pytest.mark.parametrize('case', sorted(BAD_VERDICT_FILES))
 def test_bad_verdict_file(work, command, case):
     make, *words = BAD_VERDICT_FILES[case]
@@ -108,14 +112,14 @@ def test_duplicate_key_in_samples_refused_by_verify(work):
             before, work, "s2.jsonl:17: field 'completion': duplicate key")
 
 
-@pytest.mark.parametrize('command', ['stats', 'select', 'sft-data'])
+@pytest.mark.parametrize('command', _commands('stats', 'select', 'sft-data'))
 def test_directory_as_input(work, command):
     (work/'adir').mkdir()
     before = snapshot(work)
     refused(ei(*_cmd(command, work, work/'adir')), before, work, 'adir', 'is a directory, not a regular file')
 
 
-@pytest.mark.parametrize('command', ['stats', 'select', 'verify'])
+@pytest.mark.parametrize('command', _commands('stats', 'select', 'verify'))
 def test_fifo_refused_without_hanging(work, command):
     "Nobody writes to the FIFO: reading it would block forever. It is refused at once (timeout = a hang)."
     os.mkfifo(work/'fifo')
@@ -147,7 +151,7 @@ def test_very_long_line_is_read(work):
     assert json.loads(res.stdout.splitlines()[-1])['n_problems'] == 4
 
 
-@pytest.mark.parametrize('command', ['stats', 'select', 'mcnemar'])
+@pytest.mark.parametrize('command', _commands('select', 'stats', 'mcnemar'))
 def test_bom_crlf_no_final_newline_same_result(work, command):
     "A byte-order mark, CRLF line ends and no newline after the last line give the same result as the clean file."
     clean = work/'verdicts.jsonl'
