@@ -837,14 +837,14 @@ def average_checkpoints(anchor, # anchor model dir: the original base model (`an
 # %% ../nbs/03_average.ipynb #7336c211
 def average_cli(argv:list[str]) -> dict:
     "`ei average --anchor DIR --finetuned DIR --ft-weight W --out DIR [--threads N]`: prints tensors, bytes_written, seconds, gb_per_s."
-    from ei_nb.cli import parser, say
+    from ei_nb.cli import parser, say, positive_int, open_unit_float
     p = parser('average', 'stream-average two safetensors checkpoints: out = (1 - W) * anchor + W * finetuned, '
                           'in float64 rounded once to each dtype')
     p.add_argument('--anchor', required=True, help='the anchor model dir (the original base model, or the previous round)')
     p.add_argument('--finetuned', required=True, help='the fine-tuned (merged) model dir; the output follows its sharding')
-    p.add_argument('--ft-weight', type=float, default=0.7, help='weight W on the fine-tuned model (default 0.7)')
+    p.add_argument('--ft-weight', type=open_unit_float, default=0.7, help='weight W on the fine-tuned model, 0 < W <= 1 (default 0.7)')
     p.add_argument('--out', required=True, help='output model dir (written atomically)')
-    p.add_argument('--threads', type=int, default=12, help='worker threads (default 12; memory is about 2 x threads x chunk)')
+    p.add_argument('--threads', type=positive_int, default=12, help='worker threads (default 12; memory is about 2 x threads x chunk)')
     p.add_argument('--chunk-kib', type=int, default=4096, help='window size in KiB, a multiple of 4 (default 4096)')
     p.add_argument('--force', action='store_true', help='replace a non-empty --out that is not an earlier average')
     a = p.parse_args(argv)

@@ -8,7 +8,8 @@ import sys, json, importlib, argparse, os, signal
 from .core import EiError
 
 # %% auto #0
-__all__ = ['COMMANDS', 'resolve', 'emit', 'say', 'parser', 'main']
+__all__ = ['COMMANDS', 'positive_int', 'nonneg_int', 'positive_float', 'nonneg_float', 'finite_float', 'unit_float',
+           'open_unit_float', 'resolve', 'emit', 'say', 'parser', 'main', 'int_list']
 
 # %% ../nbs/cli.ipynb #5de39beb
 COMMANDS = {
@@ -56,6 +57,7 @@ def main(argv:list[str]|None=None) -> int:
     if argv[0] not in COMMANDS: say(f'ei: unknown command {argv[0]!r}\n\n{_usage()}'); return 2
     try: result = resolve(argv[0])(argv[1:])
     except EiError as e:
+        if os.environ.get('EI_DEBUG'): import traceback; traceback.print_exc()
         say(f'ei {argv[0]}: error: {e}'); return e.exit_code
     except KeyboardInterrupt:
         say(f'ei {argv[0]}: interrupted'); return 143
@@ -68,3 +70,26 @@ def _entry():
     # SIGTERM unwinds like Ctrl-C: atomic writers clean up, and the exit status is 143.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     sys.exit(main())
+
+# %% ../nbs/cli.ipynb #f5ca375e
+def _number(kind, test, what:str):
+    def parse(text:str):
+        try: v = kind(text)
+        except ValueError: raise argparse.ArgumentTypeError(f'expected {what}, got {text!r}') from None
+        if kind is float and v != v or v in (float('inf'), float('-inf')) or not test(v):
+            raise argparse.ArgumentTypeError(f'expected {what}, got {text!r}')
+        return v
+    parse.__name__ = what
+    return parse
+
+positive_int = _number(int, lambda v: v >= 1, 'an integer >= 1')
+nonneg_int   = _number(int, lambda v: v >= 0, 'an integer >= 0')
+positive_float = _number(float, lambda v: v > 0, 'a finite number > 0')
+nonneg_float = _number(float, lambda v: v >= 0, 'a finite number >= 0')
+finite_float = _number(float, lambda v: True, 'a finite number')
+unit_float   = _number(float, lambda v: 0 <= v <= 1, 'a number in [0, 1]')
+open_unit_float = _number(float, lambda v: 0 < v <= 1, 'a number in (0, 1]')
+
+def int_list(text:str) -> list[int]:
+    "A comma-separated list of integers >= 1 (`--k 1,8,32`)."
+    return [positive_int(t.strip()) for t in text.split(',')]

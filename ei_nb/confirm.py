@@ -15,9 +15,10 @@ __all__ = ['SCHEMA', 'ARMS', 'DEFAULT_PROBLEMS', 'DEFAULT_RUNNER', 'KS', 'ALPHA'
            'WEIGHT_SUFFIXES', 'PACKAGES', 'split_full_text', 'load_test_problems', 'statement_changes', 'model_files',
            'model_fingerprint', 'synthetic_model', 'resolve_run_models', 'load_runner', 'runner_defaults',
            'check_runner_kwargs', 'synthetic_runner', 'code_state', 'build_registration', 'read_record',
-           'has_test_samples', 'archive_attempt', 'register', 'registration_mismatches', 'check_registration',
-           'check_complete', 'run_arm', 'summarize', 'power_sentence', 'outcome_statement', 'run_confirmation',
-           'report_notebook', 'render_report', 'synthetic_confirmation', 'status', 'confirm_cli']
+           'has_test_samples', 'archive_attempt', 'register', 'registration_edits', 'changed_since_lock',
+           'registration_mismatches', 'check_registration', 'check_complete', 'run_arm', 'summarize', 'power_sentence',
+           'outcome_statement', 'run_confirmation', 'report_notebook', 'render_report', 'synthetic_confirmation',
+           'status', 'confirm_cli']
 
 # %% ../nbs/confirm.ipynb #430d3df0
 SCHEMA = 'ei_nb.confirm/1'
@@ -348,15 +349,39 @@ def register(run_dir, force_rerun:bool=False, reason:str|None=None, **kw) -> dic
         shutil.copy2(cdir/'registration.json', cdir/'history'/f'registration_{old["registration_id"][:12]}.json')
     atomic_write_bytes(cdir/'problems.jsonl', jsonl_bytes(probs))
     atomic_write_json(cdir/'registration.json', reg)
-    _log(cdir, 'registered', registration_id=reg['registration_id'], forced=force_rerun, reason=reason)
+    _log(cdir, 'registered', registration_id=reg['registration_id'], forced=force_rerun, reason=reason,
+         registration_sha256=sha256_file(cdir/'registration.json'))
     return {'status': 'registered', 'registration_id': reg['registration_id'], 'registration': str(cdir/'registration.json'),
             'model': reg['models']['model']['resolved'], 'baseline': reg['models']['baseline']['resolved'],
             'problems': reg['problems']['path'], 'n_problems': len(probs), 'n': reg['n'], 'max_new_tokens': reg['max_new_tokens']}
 
 # %% ../nbs/confirm.ipynb #55d4e8d8
-def registration_mismatches(cdir, reg:dict, runner=None) -> list[str]:
-    "What no longer matches `reg`: model files, problems file, frozen problems, runner defaults."
+def _registered_sha256(cdir) -> str|None:
+    "The sha256 of registration.json recorded when it was last registered (None for records older than this check)."
+    regs = [e for e in read_record(cdir) if e['event'] == 'registered']
+    return regs[-1].get('registration_sha256') if regs else None
+
+def registration_edits(cdir, reg:dict) -> list[str]:
+    "How `registration.json` was changed after registration: its id no longer covers its protocol, or its bytes differ from the record or the lock."
     cdir, out = Path(cdir), []
+    if sha256_json(_protocol(reg)) != reg.get('registration_id'):
+        out.append('registration.json was edited after registration (its protocol no longer hashes to its registration_id)')
+    now = sha256_file(cdir/'registration.json') if (cdir/'registration.json').is_file() else None
+    for where, want in (('record.json', _registered_sha256(cdir)), ('lock.json', (_json_or_none(cdir/'lock.json') or {}).get('registration_sha256'))):
+        if want and now != want: out.append(f'registration.json changed since {where} recorded it (sha256 {want[:12]}, now {str(now)[:12]})')
+    return out
+
+def changed_since_lock(cdir) -> list[str]:
+    "Files of a locked attempt that differ from what `lock.json` recorded: verdicts, result."
+    cdir = Path(cdir); lock = _json_or_none(cdir/'lock.json')
+    if not lock: return []
+    want = {f'{a}/eval_verdicts.jsonl': s for a, s in lock.get('verdicts_sha256', {}).items()} | {'result.json': lock.get('result_sha256')}
+    return [f'{f} changed after the lock' if (cdir/f).is_file() else f'{f} is missing after the lock'
+            for f, s in want.items() if s and (not (cdir/f).is_file() or sha256_file(cdir/f) != s)]
+
+def registration_mismatches(cdir, reg:dict, runner=None) -> list[str]:
+    "What no longer matches `reg`: the registration itself, model files, problems file, frozen problems, runner defaults."
+    cdir = Path(cdir); out = registration_edits(cdir, reg)
     for arm in ARMS:
         m = reg['models'][arm]
         try: files = model_files(m['resolved'])
@@ -504,6 +529,7 @@ def run_confirmation(run_dir, # the run folder holding confirm/registration.json
     summary = {'model_solved': res['scores']['model']['solved'], 'baseline_solved': res['scores']['baseline']['solved'],
                'b': res['mcnemar']['b'], 'c': res['mcnemar']['c'], 'p_value': res['mcnemar']['p_value'], 'outcome': res['outcome']}
     atomic_write_json(cdir/'lock.json', {'registration_id': reg['registration_id'], 'attempt': attempt, 'locked_utc': _now(),
+                                         'registration_sha256': sha256_file(cdir/'registration.json'),
                                          'result_sha256': sha256_file(cdir/'result.json'), 'verdicts_sha256': res['verdicts_sha256'], 'summary': summary})
     _log(cdir, 'run_finished', attempt=attempt, registration_id=reg['registration_id'], forced=force_rerun, reason=reason, result=summary)
     out = {'status': 'confirmed', 'attempt': attempt, **summary, 'net': res['mcnemar']['net'], 'n_problems': res['n_problems'],
@@ -565,7 +591,8 @@ def status(run_dir) -> dict:
     lock = _json_or_none(cdir/'lock.json')
     return {'registered': True, 'registration_id': reg['registration_id'], 'mismatches': registration_mismatches(cdir, reg),
             'arms_done': [a for a in ARMS if (cdir/a/'arm_done.json').exists()], 'has_test_samples': has_test_samples(cdir),
-            'locked': lock is not None, 'summary': lock['summary'] if lock else None, 'attempt': _attempt_no(cdir)}
+            'locked': lock is not None, 'summary': lock['summary'] if lock else None, 'attempt': _attempt_no(cdir),
+            'changed_since_lock': changed_since_lock(cdir)}
 
 def confirm_cli(argv) -> dict:
     "`ei confirm register|run|report|status --run-dir RUN ...`"

@@ -59,14 +59,12 @@ def score(verdicts, ks=(1,)) -> dict:
 # %% ../nbs/04_eval.ipynb #e0b3242e
 def stats_cli(argv):
     "`ei stats --verified FILE [--k 1,8,32]`"
-    from ei_nb.cli import parser
+    from ei_nb.cli import parser, int_list
     p = parser('stats', 'solved@n and pass@k of a verdict file')
     p.add_argument('--verified', required=True, help='verdict records (JSON Lines)')
-    p.add_argument('--k', default='1', help='comma-separated k values')
+    p.add_argument('--k', type=int_list, default=[1], help='comma-separated k values, each >= 1')
     a = p.parse_args(argv)
-    try: ks = [int(k) for k in a.k.split(',')]
-    except ValueError: raise BadInput(f'--k: expected comma-separated integers, got {a.k!r}')
-    return score(read_frame(a.verified, 'verdict', columns=['name', 'sample_idx', 'verdict']), ks)
+    return score(read_frame(a.verified, 'verdict', columns=['name', 'sample_idx', 'verdict']), a.k)
 
 # %% ../nbs/04_eval.ipynb #353ca70c
 import json, time
@@ -176,15 +174,17 @@ def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF
 # %% ../nbs/04_eval.ipynb #74914985
 def eval_cli(argv):
     "`ei eval --problems FILE --model DIR --out-dir DIR [--n 8] [--max-new-tokens 30000] [--seed S] [--verify-backend B] [--allow-test-selection]`"
-    from ei_nb.cli import parser, say
+    from ei_nb.cli import parser, say, nonneg_int
+    from ei_nb.core import check_output
     from ei_nb.sample import add_sampling_args, sampler_options
     p = add_sampling_args(parser('eval', 'sample, verify and score the scored set'), cap=EVAL_CAP)
     p.add_argument('--problems', required=True); p.add_argument('--model', required=True); p.add_argument('--out-dir', required=True)
     p.add_argument('--split', help='keep only the problems of this split (e.g. valid)')
     p.add_argument('--verify-backend', default='none', choices=['none', 'repl', 'lean', 'server'])
     p.add_argument('--allow-test-selection', action='store_true', help='allow test-split problems (one-round diagnostic)')
-    p.add_argument('--round', type=int, default=0)
+    p.add_argument('--round', type=nonneg_int, default=0)
     a = p.parse_args(argv)
+    check_output(a.out_dir, [a.problems, a.policy], '--out-dir', is_dir=True)
     problems = read_problems(a.problems)
     if a.split:
         problems = [q for q in problems if q['split'] == a.split]

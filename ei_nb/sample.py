@@ -382,18 +382,19 @@ def open_verifier(backend:str|None, project=None, workers:int|None=None, timeout
 
 def add_sampling_args(p, cap:int=POOL_CAP, seed:int=0):
     "The sampler, sampling and verifier options shared by `ei sample` and `ei eval`."
-    p.add_argument('--n', type=int, default=8, help='samples per problem')
-    p.add_argument('--temperature', type=float, default=1.0); p.add_argument('--top-p', type=float, default=0.95)
-    p.add_argument('--max-new-tokens', type=int, default=cap); p.add_argument('--seed', type=int, default=seed)
+    from ei_nb.cli import positive_int, positive_float, nonneg_float, open_unit_float
+    p.add_argument('--n', type=positive_int, default=8, help='samples per problem')
+    p.add_argument('--temperature', type=nonneg_float, default=1.0); p.add_argument('--top-p', type=open_unit_float, default=0.95)
+    p.add_argument('--max-new-tokens', type=positive_int, default=cap); p.add_argument('--seed', type=int, default=seed)
     p.add_argument('--backend', choices=sorted(SAMPLERS), default='transformers', help='sampler')
     p.add_argument('--prompt-style', choices=PROMPT_STYLES, default='chat')
-    p.add_argument('--chunk-problems', type=int, default=4, help='problems per generate call')
-    p.add_argument('--max-prompt-frac', type=float, default=0.5, help='drop prompts longer than this fraction of the context')
-    p.add_argument('--tensor-parallel-size', type=int); p.add_argument('--data-parallel-size', type=int)
-    p.add_argument('--max-model-len', type=int); p.add_argument('--device')
+    p.add_argument('--chunk-problems', type=positive_int, default=4, help='problems per generate call')
+    p.add_argument('--max-prompt-frac', type=open_unit_float, default=0.5, help='drop prompts longer than this fraction of the context')
+    p.add_argument('--tensor-parallel-size', type=positive_int); p.add_argument('--data-parallel-size', type=positive_int)
+    p.add_argument('--max-model-len', type=positive_int); p.add_argument('--device')
     p.add_argument('--lean-project', '--project', dest='lean_project', help='Mathlib project (verify backends repl, lean)')
-    p.add_argument('--workers', type=int, help='parallel Lean checks (default: CPU count)')
-    p.add_argument('--timeout', type=float, default=300, help='seconds per proof')
+    p.add_argument('--workers', type=positive_int, help='parallel Lean checks (default: CPU count)')
+    p.add_argument('--timeout', type=positive_float, default=300, help='seconds per proof')
     p.add_argument('--endpoint', action='append', default=[], help='checking-server URL (repeatable; backend server)')
     p.add_argument('--policy', help='verifier policy JSON'); p.add_argument('--cache-dir', help='verdict cache folder')
     return p
@@ -420,6 +421,9 @@ def sample_cli(argv):
     p.add_argument('--verify-backend', choices=['none', 'repl', 'lean', 'server']); p.add_argument('--verdicts')
     a = p.parse_args(argv)
     if (a.verify_backend is None) != (a.verdicts is None): raise BadInput('--verify-backend and --verdicts go together')
+    from ei_nb.core import check_output
+    check_output(a.out, [a.problems, a.policy])
+    if a.verdicts: check_output(a.verdicts, [a.problems, a.policy, a.out], '--verdicts')
     problems = read_problems(a.problems)
     params = SampleParams(a.n, a.temperature, a.top_p, a.max_new_tokens, a.seed)
     sampler = make_sampler(a.backend, a.model, **sampler_options(a))

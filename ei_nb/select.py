@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import numpy as np
 import pandas as pd
-from .core import BadInput, DataStop, read_problems, read_frame, statement_key, write_records
+from .core import BadInput, DataStop, check_output, read_problems, read_frame, statement_key, write_records
 from .eval import problem_counts
 
 # %% auto #0
@@ -93,13 +93,15 @@ def run_select(pool_path, results_path, out_path, protected_paths=(), lo=0.0, hi
 
 def select_cli(argv):
     "`ei select --pool FILE --results FILE --out FILE [--protected FILE ...] [--lo 0] [--hi 0.75] [--include-zero] [--max-zero N] [--max-problems N] [--seed S]`"
-    from ei_nb.cli import parser
+    from ei_nb.cli import parser, unit_float, nonneg_int
     p = parser('select', 'pick pool problems in the pass-rate band')
     p.add_argument('--pool', required=True); p.add_argument('--results', required=True, help='verdict records of the pool')
     p.add_argument('--out', required=True); p.add_argument('--protected', nargs='*', default=[])
-    p.add_argument('--lo', type=float, default=0.0); p.add_argument('--hi', type=float, default=0.75)
-    p.add_argument('--include-zero', action='store_true'); p.add_argument('--max-zero', type=int, default=100)
-    p.add_argument('--max-problems', type=int, default=300); p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--lo', type=unit_float, default=0.0); p.add_argument('--hi', type=unit_float, default=0.75)
+    p.add_argument('--include-zero', action='store_true'); p.add_argument('--max-zero', type=nonneg_int, default=100)
+    p.add_argument('--max-problems', type=nonneg_int, default=300); p.add_argument('--seed', type=int, default=0)
     a = p.parse_args(argv)
+    if not a.lo < a.hi: raise BadInput(f'--lo {a.lo} --hi {a.hi}: need lo < hi')
+    check_output(a.out, [a.pool, a.results, *a.protected])
     summary, _ = run_select(a.pool, a.results, a.out, a.protected, a.lo, a.hi, a.include_zero, a.max_zero, a.max_problems, a.seed)
     return summary

@@ -517,15 +517,17 @@ def train_lora(model_dir, # previous round's merged model (config, safetensors, 
 # %% ../nbs/02_sft.ipynb #ce85510d
 def sft_data_cli(argv:list[str]) -> dict:
     "`ei sft-data --problems F --verdicts F --samples F --out F --tokenizer DIR [...]`: SFT rows by the keep rules."
-    from ei_nb.cli import parser, say
+    from ei_nb.cli import parser, say, positive_int, nonneg_int
+    from ei_nb.core import SFT_MAX_TOKENS, check_output
     p = parser('sft-data', 'build SFT rows from verified samples (02_sft)')
     for f in ('--problems', '--verdicts', '--samples', '--out'): p.add_argument(f, required=True)
     p.add_argument('--tokenizer', help='tokenizer directory of the model that sampled (usually the model dir); required')
-    p.add_argument('--max-per-problem', type=int, default=4); p.add_argument('--rank', choices=RANKS, default='shortest')
-    p.add_argument('--max-tokens', type=int, default=18432); p.add_argument('--min-rows', type=int, default=50)
-    p.add_argument('--round', type=int, default=0); p.add_argument('--style', default='chat')
+    p.add_argument('--max-per-problem', type=positive_int, default=4); p.add_argument('--rank', choices=RANKS, default='shortest')
+    p.add_argument('--max-tokens', type=positive_int, default=SFT_MAX_TOKENS); p.add_argument('--min-rows', type=nonneg_int, default=50)
+    p.add_argument('--round', type=nonneg_int, default=0); p.add_argument('--style', default='chat')
     p.add_argument('--protected', action='append', default=[], help='protected problems file (repeatable)')
     a = p.parse_args(argv)
+    check_output(a.out, [a.problems, a.verdicts, a.samples, *a.protected])
     rows, st = build_sft_rows(read_problems(a.problems), read_samples(a.samples), read_verdicts(a.verdicts),
                               a.tokenizer, a.round, a.max_per_problem, a.rank, a.max_tokens,
                               read_protected(a.protected), a.style)
@@ -538,20 +540,22 @@ def sft_data_cli(argv:list[str]) -> dict:
 # %% ../nbs/02_sft.ipynb #0549b59f
 def train_cli(argv:list[str]) -> dict:
     "`ei train --model DIR --data FILE --out-dir DIR [--lr ...] [--epochs ...] [--lora-r ...] [...]`"
-    from ei_nb.cli import parser
+    from ei_nb.cli import parser, positive_int, nonneg_int, positive_float, nonneg_float, unit_float
+    from ei_nb.core import SFT_MAX_TOKENS, check_output
     p = parser('train', 'LoRA-train on SFT rows, merge and export (02_sft)')
     for f in ('--model', '--data', '--out-dir'): p.add_argument(f, required=True)
-    for f,t,d in (('--lr', float, 2e-5), ('--epochs', int, 2), ('--lora-r', int, 64), ('--lora-alpha', int, 128),
-                  ('--lora-dropout', float, 0.0), ('--batch-tokens', int, 65536), ('--pack-tokens', int, 0),
-                  ('--max-tokens', int, 18432), ('--warmup-ratio', float, 0.03), ('--weight-decay', float, 0.0),
-                  ('--max-grad-norm', float, 1.0), ('--max-steps', int, -1), ('--seed', int, 0), ('--save-every', int, 25),
-                  ('--keep-checkpoints', int, 2), ('--dtype', str, 'auto'), ('--max-shard-size', str, '5GB'),
+    for f,t,d in (('--lr', positive_float, 2e-5), ('--epochs', positive_int, 2), ('--lora-r', positive_int, 64), ('--lora-alpha', positive_int, 128),
+                  ('--lora-dropout', unit_float, 0.0), ('--batch-tokens', positive_int, 65536), ('--pack-tokens', nonneg_int, 0),
+                  ('--max-tokens', positive_int, SFT_MAX_TOKENS), ('--warmup-ratio', unit_float, 0.03), ('--weight-decay', nonneg_float, 0.0),
+                  ('--max-grad-norm', positive_float, 1.0), ('--max-steps', int, -1), ('--seed', int, 0), ('--save-every', positive_int, 25),
+                  ('--keep-checkpoints', positive_int, 2), ('--dtype', str, 'auto'), ('--max-shard-size', str, '5GB'),
                   ('--attn-implementation', str, None), ('--log-every', int, 0)):
         p.add_argument(f, type=t, default=d)
     p.add_argument('--schedule', choices=SCHEDULES, default='cosine')
     p.add_argument('--full-finetune', action='store_true'); p.add_argument('--no-resume', action='store_true')
     a = vars(p.parse_args(argv))
     model, data, out = a.pop('model'), a.pop('data'), a.pop('out_dir')
+    check_output(out, [data], '--out-dir', is_dir=True)
     a['resume'] = not a.pop('no_resume')
     m = train_lora(model, data, out, **a)
     return {k: v for k,v in m.items() if k not in ('history', 'params')} | {'out_dir': str(out)}
