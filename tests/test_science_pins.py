@@ -93,7 +93,8 @@ def test_chain_hash_changes_with_each_stage_seed():
         params = {k: v for k, v in params.items()}
         h = chain_hash(stage, 1, params, {'x': 'sha'}, 'prev')
         assert chain_hash(stage, 1, params | {'seed': params['seed'] + 1}, {'x': 'sha'}, 'prev') != h, stage
-        assert chain_hash(stage, 1, params, {'x': 'sha'}, h) != chain_hash(stage, 1, params, {'x': 'sha'}, 'prev')
+        assert chain_hash(stage, 1, params, {'x': 'sha'}, h) != h                 # a rerun earlier stage
+        assert chain_hash(stage, 1, params, {'x': 'other'}, 'prev') != h          # a changed input file
         for k in VOLATILE & set(params):                                   # speed-only knobs are left out
             assert chain_hash(stage, 1, params | {k: 99}, {'x': 'sha'}, 'prev') == h, (stage, k)
 
@@ -127,3 +128,41 @@ def test_loss_mask_is_the_completion_of_each_packed_row():
     assert b['position_ids'].tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 3]]
     one = collate(examples, [1])
     assert one['target_mask'].tolist() == [[False, True, True, True]] and 'position_ids' not in one
+
+
+def test_completion_loss_is_the_cross_entropy_of_completion_tokens(tiny_model_dir):
+    "Summed CE of each completion token predicted from the position before it, prompt tokens left out."
+    import torch
+    from transformers import AutoModelForCausalLM
+    from ei_nb.sft import collate, completion_loss
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    g = torch.Generator().manual_seed(0)
+    examples = [{'ids': torch.randint(5, 200, (9,), generator=g).tolist(), 'n_prompt': 4},
+                {'ids': torch.randint(5, 200, (6,), generator=g).tolist(), 'n_prompt': 2}]
+    with torch.no_grad():
+        got = float(completion_loss(model, **collate(examples, [0])))
+        logits = model(torch.tensor([examples[0]['ids']])).logits[0]
+        ids = examples[0]['ids']
+        want = sum(float(torch.nn.functional.cross_entropy(logits[t - 1:t], torch.tensor([ids[t]]))) for t in range(4, len(ids)))
+        assert got == pytest.approx(want, rel=1e-4)
+        both = float(completion_loss(model, **collate(examples, [0, 1])))              # packed: each row on its own
+        assert both == pytest.approx(got + float(completion_loss(model, **collate(examples, [1]))), rel=1e-4)
+
+
+# ---------------------------------------------------------------- exit codes: 0 ok, 2 bad input, 3 stage failed, 4 data stop, 143 signal
+
+def test_exit_codes_of_the_cli_contract(monkeypatch):
+    import ei_nb.cli as cli
+    from ei_nb.core import BadInput, DataStop, StageFailed
+    def raiser(exc):
+        def f(argv): raise exc
+        return f
+    cmds = {'t-ok': lambda argv: {'ok': True}, 't-bad': raiser(BadInput('x')), 't-failed': raiser(StageFailed('x')),
+            't-data': raiser(DataStop('x')), 't-signal': raiser(KeyboardInterrupt('signal 15'))}
+    for name in cmds: monkeypatch.setitem(cli.COMMANDS, name, ('unused:unused', 'test'))
+    real = cli.resolve
+    monkeypatch.setattr(cli, 'resolve', lambda name: cmds[name] if name in cmds else real(name))
+    assert {name: run_cli(name)[0] for name in cmds} == {'t-ok': 0, 't-bad': 2, 't-failed': 3, 't-data': 4, 't-signal': 143}
+    assert run_cli('no-such-command')[0] == 2
+    rc, out, err = run_cli('stop', '--scores', 'five')                                  # a real command's bad input
+    assert rc == 2 and out == '' and '--scores' in err
