@@ -49,6 +49,7 @@ PASSK_T = (F + 'test_stats', PIN + 'test_stats_pass_at_k_between_1_and_n')
 MCN_T = (F + 'test_mcnemar_p_against_brute_force', F + 'test_mcnemar_table_against_brute_force', F + 'test_mcnemar_cli',
          F + 'test_power_is_sane')
 KEEP_T = (PIN + 'test_build_sft_rows_default_keeps_the_four_shortest_distinct_proofs', PIN + 'test_sft_data_cli_default_cap_is_four',
+          PIN + 'test_row_of_exactly_max_tokens_is_kept',
           'tests/test_sft.py::test_keep_rules_invariants', 'tests/test_sft.py::test_protected_by_name_and_by_statement')
 MASK_T = (PIN + 'test_loss_mask_is_the_completion_of_each_packed_row', PIN + 'test_completion_loss_is_the_cross_entropy_of_completion_tokens')
 AVG_T = ('tests/test_average.py -k "test_bit_exact and 0.7 and BF16 or test_weights_zero_and_one or test_kernels_and_io"',)
@@ -69,9 +70,10 @@ MUTANTS = [
       'the latest, not the earliest, best round is kept', *STOP_T, NB),
     M('stop-gain-vs-previous', STOP, 'return scores[r-1] - max(scores[:r-1])', 'return scores[r-1] - scores[r-2]',
       'gain measured against the previous round, not the best earlier one', *STOP_T, NB),
-    M('data-stop-min-rows', STOP, 'n_sft_rows < min_rows', 'n_sft_rows <= min_rows', 'exactly min_rows SFT rows stops', NB),
+    M('data-stop-min-rows', STOP, 'n_sft_rows < min_rows', 'n_sft_rows <= min_rows', 'exactly min_rows SFT rows stops',
+      PIN + 'test_data_stop_edges', NB),
     M('data-stop-mixed', STOP, 'if n_mixed == 0: return', 'if n_mixed < 0: return',
-      'a round with no problem both passed and failed goes on', NB),
+      'a round with no problem both passed and failed goes on', PIN + 'test_data_stop_edges', NB),
     # ---- selection (00_select; pass rates from 04_eval's problem_counts)
     M('select-lo-inclusive', SEL, '(measured.pass_rate > lo) & (measured.pass_rate <= hi)',
       '(measured.pass_rate >= lo) & (measured.pass_rate <= hi)', 'p = lo (unsolved) problems enter the band', *SEL_T, NB),
@@ -246,19 +248,35 @@ def run(cmd:list, repo:Path, env:dict, deadline:float) -> tuple[str, str]:
     try: out, _ = p.communicate(timeout=left)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL); p.communicate(); return 'timeout', ''
-    tail = '\n'.join(out.decode(errors='replace').strip().splitlines()[-3:])
+    tail = '\n'.join(out.decode(errors='replace').strip().splitlines()[-8:])
     return ('pass' if p.returncode == 0 else 'fail'), tail
 
 
-def check_command(check:str, m:Mutant) -> list:
-    if check == NB: return ['nbdev_test', '--path', m.path, '--n_workers', '1']
+def commands(m:Mutant) -> list[tuple[str, list]]:
+    "The checks of `m` as commands, in order: plain pytest node ids batched into one run (one start-up), a `-k` target alone."
     import shlex
-    return [sys.executable, '-m', 'pytest', '-x', '-q', '-p', 'no:cacheprovider', *shlex.split(check)]
+    out, batch = [], []
+    def flush():
+        if batch: out.append((' '.join(batch), [sys.executable, '-m', 'pytest', '-x', '-q', '-p', 'no:cacheprovider', *batch]))
+        batch.clear()
+    for check in m.checks:
+        if check == NB: flush(); out.append((f'nbdev_test {m.path}', ['nbdev_test', '--path', m.path, '--n_workers', '1']))
+        elif ' ' in check: flush(); out.append((check, [sys.executable, '-m', 'pytest', '-x', '-q', '-p', 'no:cacheprovider', *shlex.split(check)]))
+        else: batch.append(check)
+    flush()
+    return out
 
 
 def export(m:Mutant, repo:Path, env:dict, deadline:float) -> tuple[str, str]:
     if not m.path.endswith('.ipynb'): return 'pass', ''
     return run(['nbdev_export', '--path', m.path], repo, env, deadline)
+
+
+def _by(label:str, tail:str) -> str:
+    "Which check failed: the notebook, or the first failing pytest node named in pytest's summary."
+    import re
+    if label.startswith('nbdev_test'): return label
+    return (m.group(1) if (m := re.search(r'FAILED (\S+)', tail)) else label).split(' - ')[0]
 
 
 def try_mutant(m:Mutant, repo:Path, pristine:Path, env:dict, timeout:float) -> dict:
@@ -269,11 +287,11 @@ def try_mutant(m:Mutant, repo:Path, pristine:Path, env:dict, timeout:float) -> d
     st, tail = export(m, repo, env, deadline)
     if st != 'pass': return res | {'result': 'killed' if st == 'fail' else 'timeout', 'by': 'nbdev_export', 'tail': tail,
                                    'seconds': round(time.time() - t0, 1)}
-    for check in m.checks:
-        st, tail = run(check_command(check, m), repo, env, deadline)
+    for label, cmd in commands(m):
+        st, tail = run(cmd, repo, env, deadline)
         if st != 'pass':
             restore(repo, pristine, m)
-            return res | {'result': 'killed' if st == 'fail' else 'timeout', 'by': check if check != NB else f'nbdev_test {m.path}',
+            return res | {'result': 'killed' if st == 'fail' else 'timeout', 'by': _by(label, tail),
                           'tail': tail, 'seconds': round(time.time() - t0, 1)}
     restore(repo, pristine, m)
     return res | {'result': 'SURVIVED', 'by': '', 'tail': '', 'seconds': round(time.time() - t0, 1)}
@@ -283,13 +301,12 @@ def baseline(mutants:list, repo:Path, env:dict, timeout:float) -> list:
     "The selected checks run once on the unmutated copy; the ones that do not pass."
     seen, bad = set(), []
     for m in mutants:
-        for check in m.checks:
-            key = (check, m.path if check == NB else '')
-            if key in seen: continue
-            seen.add(key)
-            st, tail = run(check_command(check, m), repo, env, time.time() + timeout)
-            print(f'  baseline {st:<7} {check if check != NB else "nbdev_test " + m.path}', flush=True)
-            if st != 'pass': bad.append((key, st, tail))
+        for label, cmd in commands(m):
+            if label in seen: continue
+            seen.add(label)
+            st, tail = run(cmd, repo, env, time.time() + timeout)
+            print(f'  baseline {st:<7} {label}', flush=True)
+            if st != 'pass': bad.append((label, st, tail))
     return bad
 
 
@@ -335,7 +352,7 @@ def main(argv=None) -> int:
         env = environment(repo, work)
         print(f'mutation_check: {len(todo)} mutant(s) in a copy at {repo}', flush=True)
         if not a.no_baseline and (bad := baseline(todo, repo, env, a.timeout)):
-            for key, st, tail in bad: print(f'baseline check {key[0]} {key[1]}: {st}\n{tail}')
+            for label, st, tail in bad: print(f'baseline check {label}: {st}\n{tail}')
             print('mutation_check: a check fails without any mutant: fix it first (or --no-baseline to see anyway)')
             return 2
         for m in todo:

@@ -72,6 +72,27 @@ def test_sft_data_cli_default_cap_is_four(six_passes, tmp_path):
     assert [r['sample_idx'] for r in map(json.loads, (tmp_path / 'sft.jsonl').read_text().splitlines())] == shortest4
 
 
+
+def test_row_of_exactly_max_tokens_is_kept(six_passes, tok):
+    "`max_tokens` is the longest row kept: a row of exactly that length stays, one token less drops it."
+    from ei_nb.sft import build_sft_rows
+    _, problems, samples, verdicts, shortest4 = six_passes
+    _, st = build_sft_rows(problems, samples, verdicts, tok, 1, max_per_problem=6)
+    length = {c['sample_idx']: c['n_tokens'] for c in st['candidates']}
+    first = shortest4[0]
+    rows, _ = build_sft_rows(problems, samples, verdicts, tok, 1, max_per_problem=1, max_tokens=length[first])
+    assert [r['sample_idx'] for r in rows] == [first]
+    rows, st = build_sft_rows(problems, samples, verdicts, tok, 1, max_per_problem=1, max_tokens=length[first] - 1)
+    assert first not in [r['sample_idx'] for r in rows] and st['dropped_too_long'] >= 1
+
+
+# ---------------------------------------------------------------- the data stop, at its edges
+
+def test_data_stop_edges():
+    from ei_nb.stop_rule import data_stop
+    assert data_stop(10, 0) == 'no problem with both an accepted proof and a failure'
+    assert data_stop(10, 1, 50) is None and data_stop(10, 1, 49) is not None and data_stop(1, 1) is None
+
 # ---------------------------------------------------------------- the chain hash covers the seed of every stage
 
 def _stage_params():
