@@ -57,7 +57,8 @@ def _build(cc:str, args:list, so:Path) -> Path|None:
                 src.write_text(kernel_source())
                 subprocess.run([cc, *args, '-o', str(tmp), str(src)], check=True, capture_output=True)
             finally: src.unlink(missing_ok=True)
-        atomic_write_json(so.with_suffix('.json'), {'sha256': sha256_file(so), 'cc': cc, 'args': args})
+            digest = sha256_file(tmp)                                  # what we built, before it is in place
+        atomic_write_json(so.with_suffix('.json'), {'sha256': digest, 'cc': cc, 'args': args})
         return so
     except (subprocess.CalledProcessError, OSError): return None
 
