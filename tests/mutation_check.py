@@ -361,8 +361,8 @@ def main(argv=None) -> int:
             results.append(r)
     print('\n' + table(results))
     killed = sum(r['result'] == 'killed' for r in results)
-    print(f'\n{killed} of {len(results)} mutants killed; ' + ', '.join(f'{k}: {n}' for k in ('SURVIVED', 'timeout', 'NOT FOUND')
-                                                               if (n := sum(r['result'] == k for r in results))) or 'none survived')
+    others = ', '.join(f'{k}: {n}' for k in ('SURVIVED', 'timeout', 'NOT FOUND') if (n := sum(r['result'] == k for r in results)))
+    print(f'\n{killed} of {len(results)} mutants killed; {others or "none survived"}')
     if a.json: Path(a.json).write_text(json.dumps(results, indent=2) + '\n')
     return 0 if killed == len(results) else 1
 
