@@ -9,9 +9,9 @@ from pathlib import Path
 from .core import BadInput, StageFailed, read_problems, statement_key
 
 # %% auto #0
-__all__ = ['STATUSES', 'VLLM_RANGE', 'CHECKS', 'row', 'Context', 'repl_command', 'check_lean', 'model_files', 'has_chat_template',
-           'check_model', 'gpus', 'check_gpus', 'check_samplers', 'disk_need', 'check_disk', 'check_problems',
-           'check_cpus', 'check_kernel', 'preflight', 'raise_on_fail', 'table', 'doctor_cli']
+__all__ = ['STATUSES', 'VLLM_RANGE', 'CHECKS', 'row', 'Context', 'repl_command', 'check_server', 'check_lean', 'model_files',
+           'has_chat_template', 'check_model', 'gpus', 'check_gpus', 'check_samplers', 'disk_need', 'check_disk',
+           'check_problems', 'check_cpus', 'check_kernel', 'preflight', 'raise_on_fail', 'table', 'doctor_cli']
 
 # %% ../nbs/doctor.ipynb #e7c8b3e2
 STATUSES = ('OK', 'WARN', 'FAIL')
@@ -52,11 +52,26 @@ def _lean_version(project, timeout:float=120) -> str|None:
     except (OSError, subprocess.TimeoutExpired): return None
     return r.stdout.strip() or None if r.returncode == 0 else None
 
+def _reachable(url:str, timeout:float=5) -> str|None:
+    "None when a TCP connection to the host and port of `url` opens, else why not."
+    import socket, urllib.parse
+    u = urllib.parse.urlsplit(url)
+    try: socket.create_connection((u.hostname, u.port or (443 if u.scheme == 'https' else 80)), timeout).close(); return None
+    except OSError as e: return f'{type(e).__name__}: {e}'
+
+def check_server(ctx:Context) -> list[dict]:
+    "The checking-server endpoints of the `server` verifier (`$EI_LEAN_SERVER_ENDPOINTS`, or run.env) accept connections."
+    eps = [e for e in (os.environ.get('EI_LEAN_SERVER_ENDPOINTS') or ctx.cfg['run']['env'].get('EI_LEAN_SERVER_ENDPOINTS', '')).split(',') if e.strip()]
+    if not eps: return [row('lean server', 'FAIL', 'verify.backend = "server" and no endpoint', 'set EI_LEAN_SERVER_ENDPOINTS in run.env')]
+    return [row(f'lean server {ep}', 'FAIL' if (why := _reachable(ep)) else 'OK', why or 'accepts connections',
+                'start kimina-lean-server there (Lean 4.9.0-rc1 + the reference Mathlib)') for ep in eps]
+
 def check_lean(ctx:Context, timeout:float=900) -> list[dict]:
     "Toolchain, Mathlib oleans, the REPL (or `lean`) answering a trivial theorem, `#print axioms`."
     from ei_nb.setup_lean import LEAN_TOOLCHAIN, mathlib_olean, lean_selfcheck, CHECK_HEADER, CHECK_THEOREM
     backend, project = ctx.verifier['verify_backend'], ctx.paths['lean_project']
     fix_setup = f'ei setup-lean --project {project or "lean/mathlib4"}'
+    if backend == 'server': return check_server(ctx)
     if backend not in ('repl', 'lean'):
         what = {'known': "verifier 'known': only proofs identical to proofs Lean already accepted pass (no Lean runs)",
                 'server': 'verifier server: Lean runs on the checking-server endpoints', 'none': "verifier 'none': nothing is checked"}[backend]
@@ -170,7 +185,7 @@ def check_samplers(ctx:Context) -> list[dict]:
                         f"pip install 'ei_nb[vllm]' (supported: >= {VLLM_RANGE[0]}, < {VLLM_RANGE[1]}), or sampler = \"transformers\""))
     if 'openai' in ctx.samplers:
         from ei_nb.sample import openai_endpoints, served_models
-        eps = openai_endpoints()
+        eps = openai_endpoints([e for e in (os.environ.get('EI_OPENAI_ENDPOINTS') or ctx.cfg['run']['env'].get('EI_OPENAI_ENDPOINTS', '')).split(',') if e.strip()])
         if not eps: rows.append(row('openai endpoints', 'FAIL', 'sampler openai and no endpoint', 'set EI_OPENAI_ENDPOINTS (run.env) to the vllm serve URLs'))
         for ep in eps:
             try: rows.append(row(f'endpoint {ep}', 'OK', 'serves ' + ', '.join(m.get('id', '?') for m in served_models(ep))))
@@ -237,6 +252,7 @@ def check_cpus(ctx:Context) -> list[dict]:
     "CPU cores and memory for the Lean workers."
     cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1
     w = ctx.cfg['verify']['workers'] or cores
+    if ctx.verifier['verify_backend'] == 'server': return [row('cpu cores', 'OK', f'{cores} cores; Lean runs on the server endpoints')]
     rows = [row('cpu cores', 'WARN' if w > cores else 'OK', f'{cores} cores for {w} Lean workers',
                 f'set verify.workers <= {cores}')]
     if ctx.verifier['verify_backend'] in ('repl', 'lean'):

@@ -53,8 +53,9 @@ def normalise(row:dict, # a source row with `formal_statement`, optionally `head
     parts = split_lean_file(text)
     if parts is None: return None, 'not one theorem after the header (code above it)'
     header = parts['header'] if re.search(r'^\s*import\s', parts['header'], re.M) else DEFAULT_HEADER
-    name = next((str(row[k]) for k in NAME_FIELDS if row.get(k) not in (None, '')), None) or theorem_name(parts['formal_statement'])
-    return {'name': name, 'split': 'train', 'formal_statement': parts['formal_statement'], 'header': header,
+    statement = text[len(parts['header']) + len(parts['informal_prefix']):]   # to the last `:= by`: a binder may hold one too
+    name = next((str(row[k]) for k in NAME_FIELDS if row.get(k) not in (None, '')), None) or theorem_name(statement)
+    return {'name': name, 'split': 'train', 'formal_statement': statement, 'header': header,
             'informal_prefix': parts['informal_prefix'], 'source': source}, None
 
 # %% ../nbs/pool.ipynb #961fbc01

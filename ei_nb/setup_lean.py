@@ -193,5 +193,6 @@ def setup_lean_cli(argv:list[str]) -> dict:
     p.add_argument('--repl-dir', help='where the REPL is cloned and built (default: repl/ next to the project)')
     p.add_argument('--dry-run', action='store_true', help='print every command, run none')
     p.add_argument('--timeout', type=float, default=1200, help='seconds for the self-check')
+    p.add_argument('--mathlib-commit', default=MATHLIB_COMMIT, help='the Mathlib commit (default: the reference protocol)')
     a = p.parse_args(argv)
-    return setup_lean(a.project, a.repl_dir, a.dry_run, timeout=a.timeout)
+    return setup_lean(a.project, a.repl_dir, a.dry_run, timeout=a.timeout, mathlib_commit=a.mathlib_commit)
