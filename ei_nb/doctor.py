@@ -181,6 +181,10 @@ def check_samplers(ctx:Context) -> list[dict]:
         try: v = version('vllm')
         except PackageNotFoundError: v = None
         ok = v is not None and _version_tuple(VLLM_RANGE[0]) <= _version_tuple(v) < _version_tuple(VLLM_RANGE[1])
+        if ok:   # importable, in a child process: importing vLLM initialises CUDA
+            try: r = subprocess.run([sys.executable, '-c', 'import vllm'], capture_output=True, text=True, timeout=300)
+            except subprocess.TimeoutExpired: r = None
+            if r is None or r.returncode: ok, v = False, f"{v}, but `import vllm` fails: {(r.stderr.strip().splitlines() or ['timeout'])[-1][:160] if r else 'timeout'}"
         rows.append(row('vllm', 'OK' if ok else 'FAIL', f'vllm {v}' if v else 'vllm is not installed',
                         f"pip install 'ei_nb[vllm]' (supported: >= {VLLM_RANGE[0]}, < {VLLM_RANGE[1]}), or sampler = \"transformers\""))
     if 'openai' in ctx.samplers:

@@ -311,3 +311,19 @@ def test_new_commands_are_in_ei_help():
     r = subprocess.run([sys.executable, '-c', 'from ei_nb.cli import _entry; _entry()', '--help'], capture_output=True, text=True,
                        env={**os.environ, 'PYTHONPATH': str(ROOT)})
     for cmd in ('setup-lean', 'doctor', 'pool'): assert f'  {cmd}' in r.stderr
+
+
+def test_doctor_rows_of_the_two_node_config(serve, tiny_model_dir, tmp_path, monkeypatch):
+    from ei_nb.doctor import Context, check_samplers, check_lean, check_cpus
+    from ei_nb.driver import load_config
+    import socket
+    live, _ = serve(tiny_model_dir)
+    with socket.socket() as s: s.bind(('127.0.0.1', 0)); closed = f'http://127.0.0.1:{s.getsockname()[1]}'   # nothing listens there
+    monkeypatch.setenv('EI_OPENAI_ENDPOINTS', f'{live}/v1,{closed}/v1')
+    monkeypatch.setenv('EI_LEAN_SERVER_ENDPOINTS', f'{live},{closed}')
+    ctx = Context(load_config(ROOT / 'configs/goedel8b_two_node.toml', warn=lambda *a: None), tmp_path / 'run')
+    rows = check_samplers(ctx)
+    assert [r['status'] for r in rows] == ['OK', 'FAIL'] and str(tiny_model_dir) in rows[0]['detail']
+    assert 'vllm serve' in rows[1]['fix']
+    assert [r['status'] for r in check_lean(ctx)] == ['OK', 'FAIL']       # the checking servers accept connections?
+    assert check_cpus(ctx)[0]['status'] == 'OK'                          # 32 checks in flight run on the servers
