@@ -234,7 +234,8 @@ def check_problems(ctx:Context) -> list[dict]:
     "Pool, scored and protected files valid; the scored set and the pool disjoint from the protected set."
     from ei_nb.driver import check_scored, clean_pool
     rows, p = [], ctx.paths
-    pool = _problems(ctx, 'pool', rows, 'ei pool --source Goedel-LM/Goedel-Pset-v1 --protected <miniF2F> --n 4000 --out ' + str(p['pool'] or 'data/pool.jsonl'))
+    prot = ' '.join(f'--protected {f}' for f in p['protected']) or '--protected MINIF2F.jsonl'
+    pool = _problems(ctx, 'pool', rows, f"ei pool --source Goedel-LM/Goedel-Pset-v1 {prot} --n 4000 --out {p['pool'] or 'data/pool.jsonl'}")
     scored = _problems(ctx, 'scored', rows, 'point paths.scored at miniF2F (minif2f_dsp15.jsonl)')
     protected = _problems(ctx, 'protected', rows, 'point paths.protected at all of miniF2F')
     if scored is not None and p['scored_split']:
@@ -281,7 +282,7 @@ def preflight(cfg:dict, # `ei_nb.driver.load_config(path)`
     "Every row of the doctor's table for `cfg`."
     ctx, rows = Context(cfg, run_dir), []
     for check in CHECKS:
-        if check is check_lean and not lean: continue
+        if check is check_lean and not lean: rows.append(row('lean', 'WARN', 'not checked (asked not to start Lean)', 'run ei doctor without --no-lean')); continue
         try: rows += check(ctx, lean_timeout) if check is check_lean else check(ctx)
         except Exception as e: rows.append(row(check.__name__.removeprefix('check_'), 'FAIL', f'the check itself failed: {type(e).__name__}: {str(e)[:160]}'))
     return rows
