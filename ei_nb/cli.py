@@ -26,6 +26,9 @@ COMMANDS = {
     'run':      ('ei_nb.driver:run_cli',           'run expert-iteration rounds with papermill'),
     'confirm':  ('ei_nb.confirm:confirm_cli',      'pre-registered confirmatory test evaluation'),
     'tiny':     ('ei_nb.tiny:tiny_cli',            'build a tiny random Qwen3 model for CPU demos and tests'),
+    'setup-lean': ('ei_nb.setup_lean:setup_lean_cli', 'install or check Lean 4.9.0-rc1, the reference Mathlib and the REPL'),
+    'doctor':   ('ei_nb.doctor:doctor_cli',        'check that this node has everything a run needs (OK/WARN/FAIL + fix)'),
+    'pool':     ('ei_nb.pool:pool_cli',            'build the training pool from public statement sets'),
 }
 
 def resolve(command:str):
