@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_sharpen.ipynb #0f0c0178
 from __future__ import annotations
-import math, random
+import math, random, time
 from collections import defaultdict
 from pathlib import Path
 import numpy as np
@@ -17,7 +17,8 @@ from .sft import collate, join_passes, micro_batches, proof_text, select_proofs,
 __all__ = ['token_logprobs', 'example_logprobs', 'correct_rows', 'subsample_problems', 'load_scorer', 'score_rows',
            'rank_by_logprob', 'uplift_table', 'uplift_summary', 'kept_change', 'attach_logprobs', 'unlikely_key',
            'select_unlikely', 'rank_weight', 'weight_rows', 'collate_weighted', 'weighted_completion_loss', 'doubling',
-           'pass_at_n_curve', 'distinct_correct', 'plot_uplift', 'plot_pass_curves', 'save_uplift_png']
+           'pass_at_n_curve', 'distinct_correct', 'plot_uplift', 'plot_pass_curves', 'save_uplift_png', 'read_logprobs',
+           'logprobs_cli', 'uplift_report', 'uplift_cli']
 
 # %% ../nbs/07_sharpen.ipynb #704b1814
 def _token_logp(head, h, target):
@@ -40,7 +41,7 @@ def token_logprobs(model, # a causal LM (or a peft model around one)
 
 # %% ../nbs/07_sharpen.ipynb #0578c8c9
 def example_logprobs(model, examples:list[dict], # `ids` and `n_prompt` of each row, as `tokenize_rows` makes them
-                     pack_tokens:int=8192, # tokens per forward pass at most (a longer row runs alone)
+                     pack_tokens:int=0, # 0: one row per forward pass; else pack rows up to this many tokens
                      chunk:int=4096) -> list[np.ndarray]:
     "Per-token completion log-probs (fp32 arrays) of each example under `model`, rows packed into forward passes."
     import torch
@@ -99,7 +100,7 @@ def load_scorer(model_dir, device=None, # default: cuda when available
     dt = getattr(torch, dtype) if dtype != 'auto' else (torch.bfloat16 if bf16 else torch.float32)
     return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dt).to(device).eval()
 
-def score_rows(model, tokenizer, rows:list[dict], pack_tokens:int=8192, chunk:int=4096,
+def score_rows(model, tokenizer, rows:list[dict], pack_tokens:int=0, chunk:int=4096,
                per_token:bool=False # also return each row's per-token log-probs (`token_logprobs`)
               ) -> list[dict]:
     "`name`, `sample_idx`, `logprob` (summed over the completion tokens) and `n_tokens` of each row under `model`."
@@ -273,3 +274,77 @@ def save_uplift_png(table, path) -> Path:
     with atomic_path(path, '.png') as tmp: fig.savefig(tmp, dpi=90, format='png')
     plt.close(fig)
     return Path(path)
+
+# %% ../nbs/07_sharpen.ipynb #cb291180
+_LP_FIELDS = {'name': (str,), 'sample_idx': (int,), 'logprob': (int, float), 'n_tokens': (int,)}
+
+def read_logprobs(path) -> 'pd.DataFrame':
+    "Read and check a log-prob file: `name`, `sample_idx`, `logprob`, `n_tokens` per line, one line per sample."
+    import pandas as pd
+    from ei_nb.core import RecordError, iter_jsonl
+    path = Path(path)
+    if not path.exists(): raise BadInput(f'{path}: no such file')
+    recs, seen = [], set()
+    for i, row in iter_jsonl(path):
+        if not isinstance(row, dict): raise RecordError(path, i, '-', 'expected a JSON object')
+        for f, types in _LP_FIELDS.items():
+            if isinstance(row.get(f), bool) or not isinstance(row.get(f), types): raise RecordError(path, i, f, f'missing or not {types[-1].__name__}')
+        if (key := (row['name'], row['sample_idx'])) in seen: raise RecordError(path, i, 'sample_idx', f'sample {key} appears twice')
+        seen.add(key); recs.append({f: row[f] for f in _LP_FIELDS})
+    return pd.DataFrame(recs, columns=list(_LP_FIELDS))
+
+# %% ../nbs/07_sharpen.ipynb #24bb51f3
+def logprobs_cli(argv:list[str]) -> dict:
+    "`ei logprobs --model DIR --problems F --samples F --verdicts F --out F [--only F | --max-samples N --seed S]`"
+    from ei_nb.cli import parser, say
+    from ei_nb.core import read_problems, read_samples, read_verdicts, write_records
+    from ei_nb.sft import load_tokenizer
+    p = parser('logprobs', 'teacher-forced log-probs of the correct samples under a model (07_sharpen)')
+    for f in ('--model', '--problems', '--samples', '--verdicts', '--out'): p.add_argument(f, required=True)
+    p.add_argument('--only', help='score exactly the samples of this log-prob file (the output model after the input model)')
+    p.add_argument('--max-samples', type=int, default=None, help='cap: whole problems of a seeded shuffle')
+    p.add_argument('--seed', type=int, default=0); p.add_argument('--style', default='chat')
+    p.add_argument('--pack-tokens', type=int, default=0); p.add_argument('--device', default=None)
+    a = p.parse_args(argv)
+    tok = load_tokenizer(a.model)
+    rows = correct_rows(read_problems(a.problems), read_samples(a.samples), read_verdicts(a.verdicts), tok, a.style)
+    if a.only:
+        keys = set(read_logprobs(a.only)[['name', 'sample_idx']].itertuples(index=False, name=None))
+        rows = [r for r in rows if (r['name'], r['sample_idx']) in keys]
+        if len(rows) != len(keys): raise BadInput(f'{a.only}: {len(keys) - len(rows)} of its samples are not pass samples of {a.verdicts}')
+    else: rows = subsample_problems(rows, a.max_samples, a.seed)
+    t0 = time.time()
+    scored = score_rows(load_scorer(a.model, a.device), tok, rows, a.pack_tokens)
+    write_records(a.out, scored)
+    res = {'samples': len(scored), 'problems': len({r['name'] for r in rows}), 'tokens': sum(s['n_tokens'] for s in scored),
+           'seconds': time.time() - t0, 'out': str(a.out)}
+    say(f"logprobs: {res['samples']} correct samples of {res['problems']} problems under {a.model} -> {a.out}")
+    return res
+
+# %% ../nbs/07_sharpen.ipynb #4e781260
+def uplift_report(before, after, # `read_logprobs` frames of the input and output model, same samples
+                  kept=()) -> tuple['pd.DataFrame', dict]:
+    "The ranked samples (`logprob0`, `logprob1`, `rank`, `n_correct`) and a JSON-ready report: summary, kept_change, table."
+    b = before[['name', 'sample_idx', 'logprob', 'n_tokens']].rename(columns={'logprob': 'logprob0'})
+    a = after[['name', 'sample_idx', 'logprob']].rename(columns={'logprob': 'logprob1'})
+    if len(b) != len(a) or len(m := b.merge(a, on=['name', 'sample_idx'])) != len(b):
+        raise BadInput(f'the two log-prob files cover different samples ({len(b)} and {len(a)}): score the second with --only the first')
+    ranked = rank_by_logprob(m)
+    table = uplift_table(ranked)
+    return ranked, {'summary': uplift_summary(ranked), 'kept_change': kept_change(ranked, kept),
+                    'table': table.reset_index().to_dict(orient='records')}
+
+def uplift_cli(argv:list[str]) -> dict:
+    "`ei uplift --before F --after F --out-dir DIR [--sft F]`: `uplift.json` and `uplift.png` in DIR."
+    from ei_nb.cli import parser
+    from ei_nb.core import atomic_write_json, iter_jsonl
+    p = parser('uplift', 'uplift rate by rank between two log-prob files (07_sharpen)')
+    for f in ('--before', '--after', '--out-dir'): p.add_argument(f, required=True)
+    p.add_argument('--sft', help='SFT rows of the round: their samples are the kept ones')
+    a = p.parse_args(argv)
+    kept = [(r['name'], r['sample_idx']) for _, r in iter_jsonl(a.sft)] if a.sft else []
+    ranked, report = uplift_report(read_logprobs(a.before), read_logprobs(a.after), kept)
+    out = Path(a.out_dir)
+    atomic_write_json(out/'uplift.json', report | {'before': str(a.before), 'after': str(a.after), 'sft': a.sft})
+    save_uplift_png(uplift_table(ranked), out/'uplift.png')
+    return report['summary'] | {'out_dir': str(out)}
