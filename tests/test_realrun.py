@@ -337,9 +337,11 @@ def test_doctor_rows_of_the_two_node_config(serve, tiny_model_dir, tmp_path, mon
     with socket.socket() as s: s.bind(('127.0.0.1', 0)); closed = f'http://127.0.0.1:{s.getsockname()[1]}'   # nothing listens there
     monkeypatch.setenv('EI_OPENAI_ENDPOINTS', f'{live}/v1,{closed}/v1')
     monkeypatch.setenv('EI_LEAN_SERVER_ENDPOINTS', f'{live},{closed}')
-    ctx = Context(load_config(ROOT / 'configs/goedel8b_two_node.toml', warn=lambda *a: None), tmp_path / 'run')
-    rows = check_samplers(ctx)
-    assert [r['status'] for r in rows] == ['OK', 'FAIL'] and str(tiny_model_dir) in rows[0]['detail']
-    assert 'vllm serve' in rows[1]['fix']
+    cfg = load_config(ROOT / 'configs/goedel8b_two_node.toml', warn=lambda *a: None)
+    rows = check_samplers(Context(cfg, tmp_path / 'run'))
+    assert [r['status'] for r in rows] == ['WARN', 'FAIL']          # up, but not serving the base model of the config
+    assert str(tiny_model_dir) in rows[0]['detail'] and 'vllm serve' in rows[1]['fix']
+    ctx = Context(load_config(ROOT / 'configs/goedel8b_two_node.toml', [f'paths.base_model="{tiny_model_dir}"'], warn=lambda *a: None), tmp_path / 'run')
+    assert [r['status'] for r in check_samplers(ctx)] == ['OK', 'FAIL']
     assert [r['status'] for r in check_lean(ctx)] == ['OK', 'FAIL']       # the checking servers accept connections?
     assert check_cpus(ctx)[0]['status'] == 'OK'                          # 32 checks in flight run on the servers
