@@ -191,9 +191,14 @@ def check_samplers(ctx:Context) -> list[dict]:
         from ei_nb.sample import openai_endpoints, served_models
         eps = openai_endpoints([e for e in (os.environ.get('EI_OPENAI_ENDPOINTS') or ctx.cfg['run']['env'].get('EI_OPENAI_ENDPOINTS', '')).split(',') if e.strip()])
         if not eps: rows.append(row('openai endpoints', 'FAIL', 'sampler openai and no endpoint', 'set EI_OPENAI_ENDPOINTS (run.env) to the vllm serve URLs'))
+        base = ctx.paths['base_model']
         for ep in eps:
-            try: rows.append(row(f'endpoint {ep}', 'OK', 'serves ' + ', '.join(m.get('id', '?') for m in served_models(ep))))
-            except Exception as e: rows.append(row(f'endpoint {ep}', 'FAIL', f'{type(e).__name__}: {str(e)[:120]}', f'start `vllm serve MODEL` there'))
+            try: models = served_models(ep)
+            except Exception as e: rows.append(row(f'endpoint {ep}', 'FAIL', f'{type(e).__name__}: {str(e)[:120]}', f'start `vllm serve {base}` there')); continue
+            names = [str(m.get(k)) for m in models for k in ('id', 'root') if m.get(k)]
+            serves_base = any(n == base or Path(n).resolve() == Path(base).resolve() for n in names)
+            rows.append(row(f'endpoint {ep}', 'OK' if serves_base else 'WARN', 'serves ' + ', '.join(m.get('id', '?') for m in models),
+                            f'round 0 samples the base model: vllm serve {base} there'))
     if 'transformers' in ctx.samplers: rows.append(row('sampler', 'OK', 'transformers (in-process)'))
     return rows
 

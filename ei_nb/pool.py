@@ -12,7 +12,7 @@ from .core import BadInput, iter_jsonl, read_problems, statement_key, theorem_na
 __all__ = ['DEFAULT_HEADER', 'NAME_FIELDS', 'read_source', 'normalise', 'statement_ok', 'build_pool', 'pool_cli']
 
 # %% ../nbs/pool.ipynb #a105b500
-DEFAULT_HEADER = 'import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\nopen BigOperators Real Nat Topology Rat\n\n'
+DEFAULT_HEADER = 'import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 0\n\nopen BigOperators Real Nat Topology Rat\n\n'
 NAME_FIELDS = ('name', 'id', 'problem_id', 'uuid')
 
 # %% ../nbs/pool.ipynb #786143e5

@@ -28,6 +28,22 @@ def script(path: Path, text: str) -> Path:
     return path
 
 
+# A REPL built from the tag without commit 4fc1e6d: it answers, but into a block-buffered stdout it never flushes,
+# so a reader on the pipe waits forever (the bug the cherry-pick fixes).
+UNFLUSHED_REPL = """import json, os, sys
+sys.stdout = os.fdopen(1, 'w', buffering=1 << 16)   # block-buffered whatever PYTHONUNBUFFERED says
+block = []
+for line in sys.stdin:
+    if line.strip(): block.append(line); continue
+    if block: sys.stdout.write(json.dumps({'env': 0}) + '\\n\\n'); block = []
+"""
+
+
+def unflushed_repl(path: Path) -> Path:
+    (path.parent / 'unflushed_repl.py').write_text(UNFLUSHED_REPL)
+    return script(path, f'#!/bin/sh\nexec {sys.executable} {path.parent / "unflushed_repl.py"}\n')
+
+
 def git(*args, cwd):
     subprocess.run(['git', '-c', 'user.name=t', '-c', 'user.email=t@t', *args], cwd=cwd, check=True, capture_output=True)
 
@@ -105,8 +121,8 @@ def test_setup_lean_refuses_a_checkout_at_another_commit(node):
     assert 'not 2f65ba7f1a91' in err
 
 
-def test_setup_lean_fails_when_the_repl_never_answers(node):
-    script(Path(node['env']['EI_REPL_BIN']), f'#!/bin/sh\nexec {sys.executable} {FAKE_REPL} --hang-on-header\n')
+def test_setup_lean_fails_when_the_repl_does_not_flush(node):
+    unflushed_repl(Path(node['env']['EI_REPL_BIN']))
     rc, out, err = ei('setup-lean', '--project', node['project'], '--mathlib-commit', node['commit'], '--timeout', '2', env=node['env'])
     assert rc == 3 and 'self-check failed: timeout' in err
 
@@ -154,7 +170,7 @@ def test_doctor_lean_rows_against_the_repl_stand_in(node, tmp_path, monkeypatch)
     rows = {r['check']: r for r in check_lean(Context(cfg, tmp_path / 'run'), timeout=30)}
     assert {k: r['status'] for k, r in rows.items()} == {'lean toolchain': 'OK', 'lean version': 'OK', 'mathlib oleans': 'OK',
                                                          'repl answers': 'OK', '#print axioms': 'OK'}
-    script(Path(node['env']['EI_REPL_BIN']), f'#!/bin/sh\nexec {sys.executable} {FAKE_REPL} --hang-on-header\n')
+    unflushed_repl(Path(node['env']['EI_REPL_BIN']))
     rows = {r['check']: r for r in check_lean(Context(cfg, tmp_path / 'run'), timeout=2)}
     assert rows['repl answers']['status'] == 'FAIL' and 'timeout' in rows['repl answers']['detail'] and 'EI_REPL_BIN' in rows['repl answers']['fix']
 
@@ -321,9 +337,11 @@ def test_doctor_rows_of_the_two_node_config(serve, tiny_model_dir, tmp_path, mon
     with socket.socket() as s: s.bind(('127.0.0.1', 0)); closed = f'http://127.0.0.1:{s.getsockname()[1]}'   # nothing listens there
     monkeypatch.setenv('EI_OPENAI_ENDPOINTS', f'{live}/v1,{closed}/v1')
     monkeypatch.setenv('EI_LEAN_SERVER_ENDPOINTS', f'{live},{closed}')
-    ctx = Context(load_config(ROOT / 'configs/goedel8b_two_node.toml', warn=lambda *a: None), tmp_path / 'run')
-    rows = check_samplers(ctx)
-    assert [r['status'] for r in rows] == ['OK', 'FAIL'] and str(tiny_model_dir) in rows[0]['detail']
-    assert 'vllm serve' in rows[1]['fix']
+    cfg = load_config(ROOT / 'configs/goedel8b_two_node.toml', warn=lambda *a: None)
+    rows = check_samplers(Context(cfg, tmp_path / 'run'))
+    assert [r['status'] for r in rows] == ['WARN', 'FAIL']          # up, but not serving the base model of the config
+    assert str(tiny_model_dir) in rows[0]['detail'] and 'vllm serve' in rows[1]['fix']
+    ctx = Context(load_config(ROOT / 'configs/goedel8b_two_node.toml', [f'paths.base_model="{tiny_model_dir}"'], warn=lambda *a: None), tmp_path / 'run')
+    assert [r['status'] for r in check_samplers(ctx)] == ['OK', 'FAIL']
     assert [r['status'] for r in check_lean(ctx)] == ['OK', 'FAIL']       # the checking servers accept connections?
     assert check_cpus(ctx)[0]['status'] == 'OK'                          # 32 checks in flight run on the servers
