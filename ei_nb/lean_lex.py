@@ -23,8 +23,8 @@ ID_REST = ID_FIRST + "0-9'!?" + _cls(_SUBSCRIPT)
 _NUMBER = re.compile(r"0[xX][0-9a-fA-F]+|0[bB][01]+|0[oO][0-7]+|[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?")
 _RUN = re.compile(rf"[{ID_REST}.]+")
 _IS_REST = re.compile(rf"[{ID_REST}]")
-_POINT = re.compile(r'/-|--|["\'«]|[smf]!|r#*"')
-_POINT_BRACES = re.compile(r'/-|--|["\'«{}]|[smf]!|r#*"')
+_POINT = re.compile(r'/-|--|["\'«]|[smf]!|throwError|dbg_trace|r#*"')
+_POINT_BRACES = re.compile(r'/-|--|["\'«{}]|[smf]!|throwError|dbg_trace|r#*"')
 _BLOCK = re.compile(r'/-|-/')
 _ISTR = re.compile(r'(?:[^"\\{]|\\.)*', re.S)
 _STR = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
@@ -92,7 +92,7 @@ def _lex(text:str, i:int, out:list, stop_at_brace:bool) -> int:
                 if k < 0: out.append(('unterminated raw string', j, j)); e = n
                 else: e = k + len(close)
                 out.append(('string', j, e))
-        else:                                                  # s! m! f!: the token, if it is not part of a name
+        else:                                                  # s! m! f! throwError dbg_trace: the token, if it is not part of a name
             if _token_start(text, j) and not _BANG_END.match(text, e): bang = e
             out.append(('code', j, e))
         i = e
@@ -293,9 +293,8 @@ class _Ref:
             if c == '/' and nxt == '-':          # `/--` or `/-!`: a doc comment token, body as finishCommentBlock
                 j = self.comment_block(i + 3); self.mark(i, j, 'm'); i = j
             elif c == '"': i = self.interpolated(i) if pending else self.string(i)
-            elif c in 'smf' and nxt == '!' and not (_ref_id_rest(self.at(i + 2)) and i + 2 < self.n) and not (
-                    self.at(i + 2) == '.' and (_ref_id_first(self.at(i + 3)) or self.at(i + 3) == '«')):
-                i, pending = i + 2, True       # the token `s!`: the next token must be the interpolated string
+            elif (k := self._interpolating_token(i)):
+                i, pending = k, True           # `s!`, `throwError`, …: a following string is an interpolated one
                 continue
             elif c == 'r' and self._raw_start(i + 1): i = self.raw_string(i)
             elif c == "'" and nxt == "'" and i + 1 < self.n: i += 2          # Mathlib's `''` token
@@ -310,6 +309,16 @@ class _Ref:
                 depth, i = depth - 1, i + 1
             else: i += 1
             pending = False
+
+    def _interpolating_token(self, i):
+        "End of `s!`/`m!`/`f!`/`throwError`/`dbg_trace` standing as a whole token at i, else 0."
+        for w in ('s!', 'm!', 'f!', 'throwError', 'dbg_trace'):
+            if self.t.startswith(w, i):
+                k = i + len(w)
+                if (k < self.n and _ref_id_rest(self.t[k])) or (self.at(k) == '.' and (_ref_id_first(self.at(k + 1)) or self.at(k + 1) == '«')):
+                    return 0
+                return k
+        return 0
 
     def _raw_start(self, i):
         while self.at(i) == '#' and i < self.n: i += 1

@@ -18,9 +18,9 @@ from functools import lru_cache
 # %% auto #0
 __all__ = ['RULES', 'DEFAULT_POLICY', 'NO_FLUSH_HINT', 'CACHE_VERSION', 'extract_code', 'split_code', 'policy_table',
            'load_policy', 'allowed_axioms', 'check_statement', 'prepare', 'precheck', 'LeanError', 'with_axioms',
-           'axioms_line', 'judge', 'limited', 'HeaderStall', 'Repl', 'ReplPool', 'LeanBackend', 'ServerBackend',
-           'cache_key', 'VerdictCache', 'Verifier', 'VerifierSettings', 'register_backend', 'backend_factory',
-           'make_verifier', 'verify_cli']
+           'axioms_line', 'statement_probe', 'judge', 'limited', 'HeaderStall', 'Repl', 'ReplPool', 'LeanBackend',
+           'ServerBackend', 'cache_key', 'VerdictCache', 'Verifier', 'VerifierSettings', 'register_backend',
+           'backend_factory', 'make_verifier', 'verify_cli']
 
 # %% ../nbs/01a_verify.ipynb #f0bacce4
 _OPENER = re.compile(r'[ \t]*(lean4|lean)[ \t]*\r?', re.I)
@@ -363,13 +363,21 @@ class LeanError(Exception):
 
 _SEVERITIES = {'error', 'warning', 'info', 'information', 'trace'}
 
-def with_axioms(body:str, name:str) -> str:
-    "The proof text sent to Lean: the body, then `#print axioms NAME` on the last line (line `axioms_line(...)`)."
-    return body.rstrip() + f'\n\n#print axioms {name}\n'
+def with_axioms(body:str, name:str, probe:bool=False) -> str:
+    "The proof text sent to Lean: the body, then `#print axioms NAME` (line `axioms_line(...)`), then optionally `statement_probe(NAME)`."
+    return body.rstrip() + f'\n\n#print axioms {name}\n' + (statement_probe(name) + '\n' if probe else '')
 
 def axioms_line(sent:str) -> int:
-    "The 1-based line of the `#print axioms` that `with_axioms` appended to `sent`."
-    return sent.count('\n')
+    "The 1-based line of the last `#print axioms` in `sent` (the one `with_axioms` appended)."
+    return sent[:sent.rindex('#print axioms')].count('\n') + 1
+
+def statement_probe(name:str) -> str:
+    "A command that logs the type of constant NAME as Lean holds it (`Expr.dbgToString`: structural, instances and all)."
+    return (f'#eval show Lean.MetaM Unit from do Lean.logInfo m!"ei-statement-type: '
+            f'{{(← Lean.getConstInfo `{name}).type.dbgToString}}"')
+
+_PROBE = re.compile(r'ei-statement-type: (.*)', re.S)
+_REFERENCE = 'ei_reference_statement'
 
 def _msg_line(m:dict) -> int:
     pos = m.get('pos')
@@ -603,9 +611,9 @@ class LeanBackend:
                 return {'messages': msgs}
         finally: path.unlink(missing_ok=True)
 
-    def report_lines(self, header:str, sent:str) -> set[int]:
-        "Where OUR `#print axioms` is in the file Lean read: after the header."
-        return {axioms_line(sent) + header.rstrip('\n').count('\n') + 2}
+    def line_offsets(self, header:str, sent:str) -> set[int]:
+        "Lines before `sent` in the file Lean read: the header's."
+        return {header.rstrip('\n').count('\n') + 2}
 
     def close(self): pass
 
@@ -657,11 +665,11 @@ class ServerBackend:
         if not isinstance(resp, dict): raise LeanError('server: malformed answer (no response)')
         return resp
 
-    def report_lines(self, header:str, sent:str) -> set[int]:
+    def line_offsets(self, header:str, sent:str) -> set[int]:
         "kimina-lean-server runs the text after its leading `import`/blank lines, so positions count from there."
         full = header.rstrip('\n') + '\n\n' + sent
         lead = next((k for k, l in enumerate(full.split('\n')) if l.strip() and not l.strip().startswith('import ')), 0)
-        at = axioms_line(sent) + header.rstrip('\n').count('\n') + 2
+        at = header.rstrip('\n').count('\n') + 2
         return {at - lead, at}
 
     def close(self): pass
@@ -688,10 +696,41 @@ class VerdictCache:
 # %% ../nbs/01a_verify.ipynb #65d46cb0
 class Verifier:
     "Extraction → pre-check → cache → Lean → judge, for one sample or a stream of them."
-    def __init__(self, backend=None, policy:dict|None=None, cache:VerdictCache|None=None, workers:int=1, timeout:float=300):
+    def __init__(self, backend=None, policy:dict|None=None, cache:VerdictCache|None=None, workers:int=1, timeout:float=300,
+                 statement_check:bool=False):
         self.backend, self.policy, self.cache, self.workers, self.timeout = backend, policy or load_policy(), cache, max(1, workers), timeout
+        self.statement_check, self._references = statement_check and backend is not None, {}
         self.identity = backend.identity if backend else {'backend': 'none'}
-        self.stats, self._lock, self._pool = dict.fromkeys(('lean_runs', 'cache_hits'), 0), threading.Lock(), None
+        if self.statement_check: self.identity = {**self.identity, 'statement_check': True}
+        self.stats, self._lock, self._pool = dict.fromkeys(('lean_runs', 'cache_hits', 'reference_runs'), 0), threading.Lock(), None
+
+    def _lines(self, header:str, sent:str, line:int) -> set[int]:
+        "`line` of `sent` in the reply's coordinates (a backend may prepend the header)."
+        offsets = self.backend.line_offsets(header, sent) if hasattr(self.backend, 'line_offsets') else {0}
+        return {line + o for o in offsets}
+
+    def _probed_type(self, reply:dict, lines:set) -> str|None:
+        "The type our statement probe logged at one of `lines`, or None."
+        got = [x.group(1) for m in reply.get('messages', []) if _msg_line(m) in lines and m.get('severity') in ('info', 'information')
+               and (x := _PROBE.fullmatch(m.get('data', '').strip()))]
+        return got[0] if len(got) == 1 else None
+
+    def reference_type(self, problem:dict) -> str:
+        "The type of the problem's statement elaborated in its header alone (one Lean run per header and statement, remembered)."
+        key = (problem['header'], problem['formal_statement'])
+        if key in self._references: return self._references[key]
+        name = _name(problem['formal_statement'])
+        stmt = re.sub(r':=\s*(?:by\s*)?$', ':= by sorry', problem['formal_statement'].rstrip())
+        stmt = stmt.replace(name, _REFERENCE, 1)
+        sent = stmt + '\n\n' + statement_probe(_REFERENCE) + '\n'
+        self._count('reference_runs')
+        reply = self.backend.run(problem['header'], sent, self.timeout)
+        if not isinstance(reply, dict) or any(m.get('severity') == 'error' for m in reply.get('messages', []) if isinstance(m, dict)):
+            raise LeanError(f"the reference statement does not elaborate in the header: {json.dumps(reply)[:200]}")
+        typ = self._probed_type(reply, self._lines(problem['header'], sent, sent.count('\n')))
+        if typ is None: raise LeanError('the reference statement: no type reported by the probe')
+        with self._lock: self._references[key] = typ
+        return typ
 
     def _count(self, k):
         with self._lock: self.stats[k] += 1
@@ -706,13 +745,18 @@ class Verifier:
         if self.cache and (hit := self.cache.get(key)): self._count('cache_hits'); return hit['verdict'], hit['reason'], code
         name = theorem_name(problem['formal_statement'])
         self._count('lean_runs')
-        sent = with_axioms(body, name)
-        try: reply = self.backend.run(problem['header'], sent, self.timeout)
+        sent = with_axioms(body, name, probe=self.statement_check)
+        try:
+            reply = self.backend.run(problem['header'], sent, self.timeout)
+            verdict, reason = judge(reply, name, self.policy, self._lines(problem['header'], sent, axioms_line(sent)))
+            if verdict == 'pass' and self.statement_check:
+                got, want = self._probed_type(reply, self._lines(problem['header'], sent, axioms_line(sent) + 1)), self.reference_type(problem)
+                if got != want:
+                    verdict, reason = 'fail', ('lean_statement: the type of the final theorem, read from Lean, differs from the reference '
+                                               f'statement elaborated in the header alone: {str(got)[:120]!r} vs {want[:120]!r}')
         except HeaderStall as e: raise StageFailed(f'verifier: {e}') from None
         except LeanError as e: return 'error', str(e)[:500], code
         except Exception as e: return 'error', f'internal: {type(e).__name__}: {str(e)[:300]}', code
-        lines = self.backend.report_lines(problem['header'], sent) if hasattr(self.backend, 'report_lines') else axioms_line(sent)
-        verdict, reason = judge(reply, name, self.policy, lines)
         if self.cache: self.cache.put(key, verdict, reason)
         return verdict, reason, code
 
@@ -774,6 +818,7 @@ class VerifierSettings:
     stdout_mode:str='auto'           # repl stdout: pty | stdbuf | pipe | auto (pty on Linux), see `Repl`
     margin:float=60                  # server: seconds of HTTP timeout beyond `timeout`
     busy_retries:int=5               # server: rounds of retries after HTTP 429, with exponential back-off
+    statement_check:bool=True        # Lean backends: compare the final theorem's type with the reference statement's (one extra run per problem)
 
     @classmethod
     def from_dict(cls, d:dict, where:str='verifier settings') -> 'VerifierSettings':
@@ -858,7 +903,7 @@ def make_verifier(settings='none',     # a `VerifierSettings`, a dict of setting
     made = backend_factory(s.backend)(s)
     if isinstance(made, Verifier): return made
     return Verifier(made, load_policy(s.policy), VerdictCache(s.cache_dir) if s.cache_dir else None,
-                    s.workers or os.cpu_count() or 1, s.timeout)
+                    s.workers or os.cpu_count() or 1, s.timeout, s.statement_check)
 
 # %% ../nbs/01a_verify.ipynb #cc5c183d
 def _parser():

@@ -27,6 +27,9 @@ It misbehaves on request; directives are read from the command text (the verifie
   FAKE:twoaxioms   an extra report printed on line 1 (what a candidate's own #print would add)
   FAKE:qualified=P the report names P.NAME       FAKE:replerror  a REPL-level {"message": ...} reply
   FAKE:nullend     a warning whose endPos is null FAKE:u2028     (lean mode) a message holding U+2028 and U+2029
+  FAKE:retype      the statement probe reports another type for the theorem than for the reference
+A line `#eval … Lean.getConstInfo `X).type.dbgToString …` (the verifier's statement probe) is answered with an info
+message "ei-statement-type: (fake) TEXT", TEXT the declaration of X between its name and `:=`, whitespace normalised.
 Otherwise the reply is a clean pass: one info message "'NAME' depends on axioms: [propext, ...]"
 on the line of `#print axioms NAME`.
 
@@ -108,6 +111,13 @@ def reply_for(text, env=None, next_state=0):
         shown = f'{q.group(1)}.{name}' if q else name
         if 'FAKE:twoaxioms' in text: msgs.insert(0, _msg('info', 1, f"'{name}' does not depend on any axioms", 0, 6))
         msgs.append(_msg('info', line, f"'{shown}' depends on axioms: [{', '.join(AXIOMS + extra + tainted)}]", 0, 6))
+    for i, l in enumerate(text.split('\n'), 1):    # the verifier's statement probe: "the type Lean holds", faked from the text
+        if (p := re.match(r'#eval .*Lean\.getConstInfo `(\S+)\)\.type\.dbgToString', l)):
+            d = re.search(r'(?:theorem|lemma)\s+' + re.escape(p.group(1)) + r'(?![\w\'.])(.*?):=', text, re.S)
+            if d is None: msgs.append(_msg('error', i, f"unknown constant '{p.group(1)}'")); continue
+            typ = ' '.join(re.sub(r'--[^\n]*|/-.*?-/', ' ', d.group(1), flags=re.S).split())
+            if 'FAKE:retype' in text and p.group(1) != 'ei_reference_statement': typ += ' [elaborated differently]'
+            msgs.append(_msg('info', i, f'ei-statement-type: (fake) {typ}', 0, 5))
     reply = {'env': env} if env is not None else {}
     if msgs: reply['messages'] = msgs
     if sorries: reply['sorries'] = sorries

@@ -8,7 +8,7 @@ from ei_nb.lean_lex import code_only, labels, reference_labels, spans
 
 PIECES = ['/-', '-/', '--', '/--', '/-!', '"', '\\', '\\"', '\\{', "'", '«', '»', 's!', 'm!', 'f!', 'r', '#', '{', '}',
           '\n', ' ', '\t', 'x', 'h', "h'", '2', '0x', 'e', '.', '!', '?', '-', '/', "''", '⁻¹', "⁻¹'", 'ℕ', 'α', 'λ',
-          '₁', 'sorry', 'axiom', '\\n', '\\x4', 'u', '(', ')', ':=']
+          '₁', 'sorry', 'axiom', '\\n', '\\x4', 'u', '(', ')', ':=', 'throwError', 'dbg_trace', 'throwErrors']
 
 mixtures = st.lists(st.sampled_from(PIECES), max_size=40).map(''.join)
 
@@ -39,6 +39,7 @@ def test_lean_comment_rules():
     assert code_only('/- a /- b -/ c -/ d').split() == ['d']
     assert 'sorry' in code_only('s!"{sorry}"') and 'sorry' not in code_only('"{sorry}"')
     assert 'sorry' in code_only('s! /- c -/ "{sorry}"')
+    assert 'sorry' in code_only('throwError "{sorry}"') and 'sorry' not in code_only('throwErrorX "{sorry}"')
     assert code_only("h'' 'x' r#\"/-\"# «/-» --x") == "h'' ' ' \"\" «/-»  "
 
 def test_core_delegates_to_the_lexer():

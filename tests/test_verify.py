@@ -164,11 +164,11 @@ def test_all_few_shot_proofs_pass_precheck():
     assert len(FEW_SHOT) == 67 and [b for b in bad if b[1]] == []
 
 def test_lean_workbook_proofs_pass_with_their_own_statements():
-    from ei_nb.demo import workbook_problems
-    rows = workbook_problems()
-    assert len(rows) == 100
-    assert [(p['name'], precheck(p['header'] + p['formal_statement'] + proof, p)) for p, proof, _ in rows
-            if precheck(p['header'] + p['formal_statement'] + proof, p)] == []
+    from ei_nb.demo import _workbook_rows      # the 102 rows of kimina-lean-server's lean-workbook file, full code
+    rows = _workbook_rows()
+    assert len(rows) == 102
+    probs = [({'name': r['id'], 'header': s['header'], 'formal_statement': s['formal_statement']}, r['code']) for r, s in rows]
+    assert [(p['name'], why) for p, code in probs if (why := precheck(code, p))] == []
 
 def test_dsv2_solutions_429_pass_9_unfaithful():
     res = [(r, precheck(extract_code(fence(r['full_code'])), MINIF2F[r['name']])) for r in DSV2]
@@ -318,10 +318,10 @@ class TestFaultInjection:
         v, log = _fake_repl(project, tmp_path)
         with v: verdicts = [v.verify_one(*_proof('', i))['verdict'] for i in range(5)]
         assert verdicts == ['pass'] * 5
-        assert _log(log) == {'start': 1, 'cmd': 6, 'lean': 0}     # 1 header + 5 proofs
+        assert _log(log) == {'start': 1, 'cmd': 7, 'lean': 0}     # 1 header + 1 reference statement + 5 proofs
 
     def test_recycled_after_max_uses(self, project, tmp_path):
-        v, log = _fake_repl(project, tmp_path, max_uses=3)
+        v, log = _fake_repl(project, tmp_path, max_uses=3, statement_check=False)   # counts proofs only
         with v:
             verdicts = [v.verify_one(*_proof('', i))['verdict'] for i in range(7)]
             stats = v.backend.stats
@@ -330,7 +330,7 @@ class TestFaultInjection:
         assert _log(log) == {'start': 3, 'cmd': 7 + 3, 'lean': 0}  # each new process imports the header again
 
     def test_crash_mid_stream_restarts(self, project, tmp_path):
-        v, log = _fake_repl(project, tmp_path, '--die-after', '3')
+        v, log = _fake_repl(project, tmp_path, '--die-after', '3', statement_check=False)
         with v: res = sorted(v.verify_stream(_proof('', i) for i in range(6)), key=lambda r: r['sample_idx'])
         assert [r['verdict'] for r in res] == ['pass', 'pass', 'error', 'pass', 'pass', 'error']
         assert _log(log)['start'] == 2          # the fake's proof counter restarts with the process
@@ -341,6 +341,17 @@ class TestFaultInjection:
         v, _ = _fake_repl(project, tmp_path)
         with v: r = v.verify_one(*_proof(directive))
         assert r['verdict'] == 'pass', r
+
+    def test_lean_side_statement_check(self, project, tmp_path):
+        v, log = _fake_repl(project, tmp_path)
+        with v:
+            ok = [v.verify_one(*_proof('', i)) for i in range(3)]
+            bad = v.verify_one(*_proof('FAKE:retype', 3))        # Lean elaborated the theorem's statement to another type
+            assert v.stats['reference_runs'] == 1                 # the reference is elaborated once per header and statement
+        assert [r['verdict'] for r in ok] == ['pass'] * 3
+        assert bad['verdict'] == 'fail' and bad['reason'].startswith('lean_statement:'), bad
+        v, _ = _fake_repl(project, tmp_path, statement_check=False)
+        with v: assert v.verify_one(*_proof('FAKE:retype'))['verdict'] == 'pass'   # switched off: only the axioms decide
 
     def test_header_hang_stops_the_run_and_broken_header_is_an_error(self, project, tmp_path):
         v, log = _fake_repl(project, tmp_path, '--hang-on-header', header_timeout=0.5, workers=2)
@@ -416,15 +427,15 @@ class TestFaultInjectionStreamingAndCache:
     def test_cache_makes_a_rerun_free(self, project, tmp_path):
         cache = tmp_path/'cache'
         pairs = [_proof('', 0), _proof('FAKE:error', 1), _proof('FAKE:hang', 2)]
-        v, log = _fake_repl(project, tmp_path, timeout=0.5, cache_dir=cache)
+        v, log = _fake_repl(project, tmp_path, timeout=0.5, cache_dir=cache, statement_check=False)
         with v: first = sorted(v.verify_stream(iter(pairs)), key=lambda r: r['sample_idx'])
         assert [r['verdict'] for r in first] == ['pass', 'fail', 'error']
         before = _log(log)
-        v, log = _fake_repl(project, tmp_path, timeout=0.5, cache_dir=cache)
+        v, log = _fake_repl(project, tmp_path, timeout=0.5, cache_dir=cache, statement_check=False)
         with v: second = sorted(v.verify_stream(iter(pairs[:2])), key=lambda r: r['sample_idx']); stats = dict(v.stats)
         assert [(r['verdict'], r['reason']) for r in second] == [(r['verdict'], r['reason']) for r in first[:2]]
-        assert stats == {'lean_runs': 0, 'cache_hits': 2} and _log(log) == before   # no process was even started
-        v, log = _fake_repl(project, tmp_path, timeout=0.5, cache_dir=cache)
+        assert stats == {'lean_runs': 0, 'cache_hits': 2, 'reference_runs': 0} and _log(log) == before   # no process was even started
+        v, log = _fake_repl(project, tmp_path, timeout=0.5, cache_dir=cache, statement_check=False)
         with v: again = v.verify_one(*pairs[2]); stats = dict(v.stats)
         assert again['verdict'] == 'error' and stats['lean_runs'] == 1              # errors are retried
 
@@ -515,7 +526,7 @@ class TestFaultInjectionServer:
 
     def test_round_robin_and_verdicts(self):
         with kimina(2) as (urls, h):
-            with make_verifier('server', endpoints=urls, workers=2, timeout=5, api_key='k3y') as v:
+            with make_verifier('server', endpoints=urls, workers=2, timeout=5, api_key='k3y', statement_check=False) as v:
                 res = sorted(v.verify_stream(_proof(d, i) for i, d in enumerate(['', 'FAKE:error', 'FAKE:axiom=sorryAx', '', 'FAKE:crash', ''])),
                              key=lambda r: r['sample_idx'])
         assert [r['verdict'] for r in res] == ['pass', 'fail', 'fail', 'pass', 'error', 'pass']
@@ -538,11 +549,11 @@ class TestFaultInjectionServer:
         assert r['verdict'] == 'error', r
 
     def test_busy_server_is_retried_with_backoff_then_an_error(self):
-        with kimina(1, busy=2) as (urls, h), make_verifier('server', endpoints=urls, timeout=2.5, busy_retries=3) as v:
+        with kimina(1, busy=2) as (urls, h), make_verifier('server', endpoints=urls, timeout=2.5, busy_retries=3, statement_check=False) as v:
             v.backend.busy_backoff = 0.05
             r = v.verify_one(*_proof())
         assert r['verdict'] == 'pass' and len(h.hits) == 3, r          # two 429s, then the answer; 2.5 s sent as 3
-        with kimina(1, busy=99) as (urls, h), make_verifier('server', endpoints=urls, timeout=2, busy_retries=2) as v:
+        with kimina(1, busy=99) as (urls, h), make_verifier('server', endpoints=urls, timeout=2, busy_retries=2, statement_check=False) as v:
             v.backend.busy_backoff = 0.05
             r = v.verify_one(*_proof())
         assert r['verdict'] == 'error' and 'HTTP 429' in r['reason'] and len(h.hits) == 3, r
@@ -570,3 +581,14 @@ class TestRealLean:
             res = {r['sample_idx']: r for r in v.verify_stream(iter(cases + [wrong]))}
         assert [res[i]['verdict'] for i in range(3)] == ['pass'] * 3, res
         assert res[99]['verdict'] == 'fail', res[99]
+
+    def test_lean_side_statement_check_catches_notation_the_policy_let_through(self):
+        # the pre-check's `syntax` rule is switched off, so only the Lean-side check can see that `+` now means `*`
+        prob = {**MINIF2F[N], 'name': 't_plus', 'formal_statement': 'theorem t_plus : (2 : ℕ) + 2 = 4 := by\n'}
+        cheat = H + 'local notation:65 a " + " b => (a * b : ℕ)\n' + prob['formal_statement'] + '  norm_num\n'
+        honest = H + prob['formal_statement'] + '  norm_num\n'
+        with make_verifier('repl', project=LEAN_PROJECT, workers=1, timeout=300, policy={'rules': {'syntax': False}}) as v:
+            r_cheat = v.verify_one(prob, sample('t_plus', 0, fence(cheat)))
+            r_honest = v.verify_one(prob, sample('t_plus', 1, fence(honest)))
+        assert r_honest['verdict'] == 'pass', r_honest
+        assert r_cheat['verdict'] == 'fail' and r_cheat['reason'].startswith('lean_statement'), r_cheat
