@@ -622,7 +622,7 @@ class ServerBackend:
     "An HTTP client of kimina-lean-server-compatible endpoints (`POST /verify`), round robin."
     def __init__(self, endpoints:list, api_key:str|None=None, margin:float=60, lean_version:str|None=None,
                  busy_retries:int=5, busy_backoff:float=2.0):
-        if not endpoints: raise BadInput('backend server needs at least one --endpoint URL')
+        if not endpoints: raise BadInput('backend server needs at least one --endpoint URL (or EI_LEAN_SERVER_ENDPOINTS=URL,URL)')
         self.endpoints, self.api_key, self.margin = [e.rstrip('/') for e in endpoints], api_key, margin
         self.busy_retries, self.busy_backoff = busy_retries, busy_backoff
         self._next, self._lock, self.hits = itertools.cycle(range(len(self.endpoints))), threading.Lock(), [0]*len(self.endpoints)
@@ -872,7 +872,8 @@ def _lean_backend(s:VerifierSettings):
     return LeanBackend(s.project, s.lean_cmd, s.mem_mb, s.lean_version)
 
 def _server_backend(s:VerifierSettings):
-    return ServerBackend(s.endpoints or [], s.api_key or os.environ.get('EI_LEAN_SERVER_KEY'), s.margin, s.lean_version, s.busy_retries)
+    endpoints = s.endpoints or [e.strip() for e in os.environ.get('EI_LEAN_SERVER_ENDPOINTS', '').split(',') if e.strip()]
+    return ServerBackend(endpoints, s.api_key or os.environ.get('EI_LEAN_SERVER_KEY'), s.margin, s.lean_version, s.busy_retries)
 
 def _known_backend(s:VerifierSettings):
     if not s.known_proofs: raise BadInput('backend known needs --known-proofs FILE (JSON Lines of Lean-accepted proofs)')
