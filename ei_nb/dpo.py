@@ -22,10 +22,11 @@ __all__ = ['LEAN_ERROR', 'is_lean_failure', 'demo_dpo_inputs', 'pass_rates', 'dr
 # %% ../nbs/02b_dpo.ipynb #4c4cfa96
 LEAN_ERROR = 'lean error: '
 
-def is_lean_failure(verdict:dict # a verdict record
+def is_lean_failure(verdict:dict, # a verdict record
+                    prefixes:tuple=(LEAN_ERROR,), # reasons that make a `fail` a loser (a demo verifier may add its own)
                    ) -> bool:
     "Whether `verdict` is a proof Lean compiled and rejected with an error (a DPO loser), not a cheat, timeout or non-proof."
-    return verdict['verdict'] == 'fail' and (verdict.get('reason') or '').startswith(LEAN_ERROR)
+    return verdict['verdict'] == 'fail' and (verdict.get('reason') or '').startswith(tuple(prefixes))
 
 # %% ../nbs/02b_dpo.ipynb #91ada54a
 def _reply(line:int, msg:str) -> dict:
@@ -86,6 +87,7 @@ def build_pairs(problems:list[dict], samples:list[dict], verdicts:list[dict],
                 max_per_problem:int=4, rank:str='shortest', max_tokens:int=18432, # the SFT keep rules for winners
                 protected=(), style:str='chat',
                 seed:int=0, # seeds the draw of pairs
+                loser_prefixes:tuple=(LEAN_ERROR,), # `fail` reasons that make a loser (see `is_lean_failure`)
                ) -> tuple[list[dict], dict]:
     "DPO pairs (a kept proof Lean accepted, a proof Lean rejected, same problem), and counts."
     tok = load_tokenizer(tokenizer)
@@ -94,7 +96,7 @@ def build_pairs(problems:list[dict], samples:list[dict], verdicts:list[dict],
     rates, by_key = pass_rates(samples, verdicts), {(s['name'], s['sample_idx']): s for s in samples}
     fails = defaultdict(list)
     for v in verdicts:
-        if is_lean_failure(v) and (s := by_key.get((v['name'], v['sample_idx']))) is not None: fails[v['name']].append((s, v))
+        if is_lean_failure(v, loser_prefixes) and (s := by_key.get((v['name'], v['sample_idx']))) is not None: fails[v['name']].append((s, v))
     winners = defaultdict(list)
     for r in rows: winners[r['name']].append(r)
     pairs, st = [], Counter()
@@ -119,7 +121,7 @@ def build_pairs(problems:list[dict], samples:list[dict], verdicts:list[dict],
              'losers': st['losers'], 'losers_too_long': st['losers_too_long'],
              'problems_without_loser': st['problems_without_loser'], 'dropped_protected': sft_stats['dropped_protected'],
              'dropped_all_solved': sft_stats['dropped_all_solved'],
-             'excluded_fails': dict(Counter((v['reason'] or '').split(':')[0] for v in verdicts if v['verdict'] == 'fail' and not is_lean_failure(v)))}
+             'excluded_fails': dict(Counter((v['reason'] or '').split(':')[0] for v in verdicts if v['verdict'] == 'fail' and not is_lean_failure(v, loser_prefixes)))}
     return pairs, stats
 
 # %% ../nbs/02b_dpo.ipynb #18b72223
@@ -321,9 +323,11 @@ def dpo_data_cli(argv:list[str]) -> dict:
         p.add_argument(f, type=t, default=d)
     p.add_argument('--rank', default='shortest'); p.add_argument('--style', default='chat')
     p.add_argument('--protected', action='append', default=[])
+    p.add_argument('--loser-prefix', action='append', default=[], help=f'fail reason prefix of a loser (repeatable; default {LEAN_ERROR!r})')
     a = p.parse_args(argv)
     pairs, st = build_pairs(read_problems(a.problems), read_samples(a.samples), read_verdicts(a.verdicts), a.tokenizer, a.round,
-                            a.pairs_per_problem, a.max_per_problem, a.rank, a.max_tokens, read_protected(a.protected), a.style, a.seed)
+                            a.pairs_per_problem, a.max_per_problem, a.rank, a.max_tokens, read_protected(a.protected), a.style, a.seed,
+                            tuple(a.loser_prefix) or (LEAN_ERROR,))
     pairs = curriculum(pairs, a.n_stages)
     st['pairs_per_band'] = dict(sorted(Counter(p['band'] for p in pairs).items()))
     if len(pairs) < a.min_pairs: raise DataStop(f'{len(pairs)} DPO pairs < min_pairs {a.min_pairs}: {json.dumps(st)}')
