@@ -239,3 +239,13 @@ def test_pairs_over_max_tokens_are_dropped(tiny, ordered, tmp_path):
     m = train_dpo(tiny, ordered[:8], tmp_path / 'out', lr=1e-3, lora_r=4, lora_alpha=8, batch_pairs=8, save_every=0,
                   max_tokens=lengths[3], max_steps=1)
     assert m['dropped_too_long'] == sum(n > lengths[3] for n in lengths) > 0 and m['pairs'] == 8 - m['dropped_too_long']
+
+
+def test_loser_prefixes_widen_the_allow_list_explicitly(records, tok):
+    "A non-Lean verifier's rejections (here relabelled `demo reject:`) are losers only when asked for by prefix."
+    problems, samples, verdicts = records
+    demo = [dict(v, reason='demo reject: ' + v['reason']) if is_lean_failure(v) else v for v in verdicts]
+    assert build_pairs(problems, samples, demo, tok, 1)[0] == []
+    wide = build_pairs(problems, samples, demo, tok, 1, loser_prefixes=('lean error: ', 'demo reject: '))[0]
+    assert [{k: p[k] for k in ('name', 'chosen_idx', 'rejected_idx')} for p in wide] == \
+           [{k: p[k] for k in ('name', 'chosen_idx', 'rejected_idx')} for p in build_pairs(*records, tok, 1)[0]]
