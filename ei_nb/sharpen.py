@@ -301,8 +301,8 @@ def logprobs_cli(argv:list[str]) -> dict:
     from ei_nb.sft import load_tokenizer
     p = parser('logprobs', 'teacher-forced log-probs of the correct samples under a model (07_sharpen)')
     for f in ('--model', '--problems', '--samples', '--verdicts', '--out'): p.add_argument(f, required=True)
-    p.add_argument('--only', help='score exactly the samples of this log-prob file (the output model after the input model)')
-    p.add_argument('--max-samples', type=int, default=None, help='cap: whole problems of a seeded shuffle')
+    p.add_argument('--only', help='score only the samples of this log-prob file (the output model after the input model)')
+    p.add_argument('--max-samples', type=int, default=None, help='cap: whole problems of a seeded shuffle (after --only)')
     p.add_argument('--seed', type=int, default=0); p.add_argument('--style', default='chat')
     p.add_argument('--pack-tokens', type=int, default=0); p.add_argument('--device', default=None)
     a = p.parse_args(argv)
@@ -312,7 +312,7 @@ def logprobs_cli(argv:list[str]) -> dict:
         keys = set(read_logprobs(a.only)[['name', 'sample_idx']].itertuples(index=False, name=None))
         rows = [r for r in rows if (r['name'], r['sample_idx']) in keys]
         if len(rows) != len(keys): raise BadInput(f'{a.only}: {len(keys) - len(rows)} of its samples are not pass samples of {a.verdicts}')
-    else: rows = subsample_problems(rows, a.max_samples, a.seed)
+    rows = subsample_problems(rows, a.max_samples, a.seed)
     t0 = time.time()
     scored = score_rows(load_scorer(a.model, a.device), tok, rows, a.pack_tokens)
     write_records(a.out, scored)
@@ -327,8 +327,10 @@ def uplift_report(before, after, # `read_logprobs` frames of the input and outpu
     "The ranked samples (`logprob0`, `logprob1`, `rank`, `n_correct`) and a JSON-ready report: summary, kept_change, table."
     b = before[['name', 'sample_idx', 'logprob', 'n_tokens']].rename(columns={'logprob': 'logprob0'})
     a = after[['name', 'sample_idx', 'logprob']].rename(columns={'logprob': 'logprob1'})
+    b = b[b['name'].isin(set(a['name']))]   # a capped second pass covers whole problems of the first
     if len(b) != len(a) or len(m := b.merge(a, on=['name', 'sample_idx'])) != len(b):
-        raise BadInput(f'the two log-prob files cover different samples ({len(b)} and {len(a)}): score the second with --only the first')
+        raise BadInput(f'the two log-prob files cover different samples of the same problems ({len(b)} and {len(a)}): '
+                       'score the second with --only the first')
     ranked = rank_by_logprob(m)
     table = uplift_table(ranked)
     return ranked, {'summary': uplift_summary(ranked), 'kept_change': kept_change(ranked, kept),

@@ -230,3 +230,26 @@ def test_pass_at_n_curve_matches_estimator(records):
     assert list(curve) == [1, 2, 4]
     for N, v in curve.items():
         assert v == pytest.approx(np.mean([pass_at_k(int(n), int(k), N) for n, k in c.itertuples(index=False)]))
+
+
+def test_cli_refuses_mismatched_files(tmp_path, tiny_model_dir, records, tok):
+    "`--only` naming a sample that is not a pass, and `ei uplift` on files of different samples, are bad input (exit 2)."
+    from ei_nb.core import BadInput, write_records
+    from ei_nb.sharpen import logprobs_cli, read_logprobs, uplift_cli
+    problems, samples, verdicts = records
+    paths = {k: tmp_path / f'{k}.jsonl' for k in ('problems', 'samples', 'verdicts')}
+    write_records(paths['problems'], problems); write_records(paths['samples'], samples); write_records(paths['verdicts'], verdicts)
+    files = [x for k, p in paths.items() for x in (f'--{k}', str(p))]
+    a = logprobs_cli(['--model', str(tiny_model_dir), '--out', str(tmp_path / 'a.jsonl'), '--max-samples', '10', '--seed', '2'] + files)
+    b = logprobs_cli(['--model', str(tiny_model_dir), '--out', str(tmp_path / 'b.jsonl'), '--only', str(tmp_path / 'a.jsonl')] + files)
+    assert a['samples'] == b['samples'] <= 10
+    assert read_logprobs(tmp_path / 'a.jsonl')['logprob'].tolist() == pytest.approx(read_logprobs(tmp_path / 'b.jsonl')['logprob'].tolist(), abs=1e-4)
+    fail = next(v for v in verdicts if v['verdict'] != 'pass')
+    write_records(tmp_path / 'odd.jsonl', [{'name': fail['name'], 'sample_idx': fail['sample_idx'], 'logprob': -1.0, 'n_tokens': 3}])
+    with pytest.raises(BadInput, match='not pass samples'):
+        logprobs_cli(['--model', str(tiny_model_dir), '--out', str(tmp_path / 'c.jsonl'), '--only', str(tmp_path / 'odd.jsonl')] + files)
+    with pytest.raises(BadInput, match='different samples'):
+        uplift_cli(['--before', str(tmp_path / 'a.jsonl'), '--after', str(tmp_path / 'odd.jsonl'), '--out-dir', str(tmp_path)])
+    assert not (tmp_path / 'c.jsonl').exists() and not (tmp_path / 'uplift.json').exists()
+    res = uplift_cli(['--before', str(tmp_path / 'a.jsonl'), '--after', str(tmp_path / 'b.jsonl'), '--out-dir', str(tmp_path)])
+    assert res['samples'] == a['samples'] and res['uplift_rate'] <= 1 and (tmp_path / 'uplift.png').exists()
