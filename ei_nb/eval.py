@@ -148,17 +148,17 @@ def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF
     check_scored_set(problems, allow_test_selection)
     out_dir = Path(out_dir)
     if verify_backend == 'none': log('eval: verify backend none runs the pre-check only: no sample can pass')
-    t0 = time.perf_counter()
-    smp = make_sampler(sampler, model_dir, **(sampler_options or {}))
-    load_s = time.perf_counter() - t0
+    from ei_nb.sample_verify import sample_and_verify
     params = SampleParams(n, temperature, top_p, max_new_tokens, seed)
     verifier = {'backend': verify_backend, 'lean_project': str(lean_project) if lean_project else None, 'workers': workers,
                 'timeout': timeout, 'endpoints': list(endpoints or []), 'policy': policy}
-    with open_verifier(verify_backend, lean_project, workers, timeout, endpoints, policy, cache_dir) as ver:
-        stats = run_pipeline(problems, smp, out_dir/'eval_samples.jsonl', params, round_idx, ver, out_dir/'eval_verdicts.jsonl',
-                             prompt_style, chunk_problems, max_prompt_frac, settings={'model': str(Path(model_dir).resolve()),
-                             **{f'verify_{k}': v for k,v in verifier.items() if k not in ('workers', 'endpoints')}},
-                             log=log, progress=progress)
+    stats = sample_and_verify(problems, model_dir, out_dir/'eval_samples.jsonl', out_dir/'eval_verdicts.jsonl', params, round_idx,
+                              sampler, sampler_options, dict(backend=verify_backend, project=lean_project, workers=workers,
+                                                             timeout=timeout, endpoints=endpoints, policy=policy, cache_dir=cache_dir),
+                              prompt_style, chunk_problems, max_prompt_frac, None,
+                              {'model': str(Path(model_dir).resolve()),
+                               **{f'verify_{k}': v for k,v in verifier.items() if k not in ('workers', 'endpoints')}},
+                              log=log, progress=progress)
     samples, verdicts = read_samples(out_dir/'eval_samples.jsonl', False), read_verdicts(out_dir/'eval_verdicts.jsonl', False)
     result = eval_summary(samples, verdicts, n) | {
         'n_dropped': stats['n_dropped'], 'dropped': [d['name'] for d in stats['dropped']],
@@ -168,7 +168,7 @@ def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF
                     'seed': seed, 'prompt_style': prompt_style, 'chunk_problems': chunk_problems,
                     'max_prompt_frac': max_prompt_frac, **{k: v for k,v in (sampler_options or {}).items() if v is not None}},
         'verifier': verifier, 'allow_test_selection': allow_test_selection,
-        'tokens_per_s': stats['tokens_per_s'], 'timings': {'load_s': round(load_s, 3), **stats['timings']}}
+        'tokens_per_s': stats['tokens_per_s'], 'timings': stats['timings']}
     plot_eval(samples, verdicts, n, max_new_tokens, out_dir/'eval.png')
     atomic_write_json(out_dir/'eval.json', result)
     return result

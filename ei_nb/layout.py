@@ -85,6 +85,11 @@ class RoundLayout:
     def marker(self, stage:str) -> Path: return self.stages/f'{stage}.done'
     def stage_json(self, stage:str) -> Path: return self.stages/f'{stage}.json'
     def notebook(self, stage:str) -> Path: return self/f'{stage}.ipynb'
+    def artefacts(self) -> dict[str, Path]:
+        "The round's artefacts a manifest lists, by their name in the round folder."
+        ps = (self.measurement, self.selected, self.select_json, self.samples, self.verdicts, self.sample_verify_json, self.sft_rows,
+              self.sft_json, self.adapter, self.merged, self.model, self.eval_samples, self.eval_verdicts, self.eval_json, self.decision)
+        return {p.relative_to(self.dir).as_posix(): p for p in ps}
     def outputs(self, stage:str) -> list[Path]:
         "What `stage` writes in this round (what `--redo` moves aside), its stage.json included."
         root = self.run_dir if stage in ('demo', 'inputs') else self.dir
