@@ -147,13 +147,10 @@ def read_verdicts(path, required=True): return read_records(path, 'verdict', req
 
 # %% ../nbs/core.ipynb #c0ed0052
 def shared_data(name:str='') -> Path:
-    "Path of `name` in the shared data folder (`$EI_SHARED_DATA` or the nearest `shared/data` above)."
+    "Path of the bundled data file `name` (`ei_nb/data/`, or the folder `$EI_SHARED_DATA`)."
+    from importlib.resources import files
     if os.environ.get('EI_SHARED_DATA'): return Path(os.environ['EI_SHARED_DATA'])/name
-    for start in (Path.cwd(), Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd()):
-        for d in (start, *start.parents):
-            for cand in (d/'shared'/'data', d/'..'/'shared'/'data'):
-                if cand.is_dir(): return cand.resolve()/name
-    raise BadInput('shared/data not found: set EI_SHARED_DATA to the folder holding minif2f_dsp15.jsonl')
+    return Path(str(files('ei_nb')/'data'))/name
 
 # %% ../nbs/core.ipynb #f7f51c16
 def _arrow_type_ok(typ, types) -> bool:
