@@ -237,47 +237,11 @@ def write_records(path, rows:Iterable[dict], kind:str|None=None):
     return atomic_write_bytes(path, jsonl_bytes(rows))
 
 # %% ../nbs/core.ipynb #386e638f
-_SPECIAL = re.compile(r"/-|--|\"|'")
-_BLOCK = re.compile(r'/-|-/')
-
-def _skip_block(text:str, i:int) -> tuple[int, int]:
-    "End of the (nested) block comment opened at `i`, and the newlines inside it."
-    depth, j = 1, i + 2
-    while depth:
-        m = _BLOCK.search(text, j)
-        if not m: return len(text), text.count('\n', i)
-        depth += 1 if m.group() == '/-' else -1
-        j = m.end()
-    return j, text.count('\n', i, j)
-
-def _char_literal_end(text:str, i:int) -> int|None:
-    "End of a char literal (`'a'`, `'\\n'`) starting at `i`, or None when the quote is part of a name (`h'`)."
-    if i and (text[i-1].isalnum() or text[i-1] in "_'.!?"): return None
-    if text.startswith('\\', i+1):
-        j = text.find("'", i+3)
-        return None if j < 0 or j - i > 12 else j + 1
-    return i + 3 if i + 2 < len(text) and text[i+2] == "'" and text[i+1] != '\n' else None
+from .lean_lex import code_only as _code_only
 
 def lean_code_only(text:str) -> str:
-    "`text` with comments removed and string literal contents emptied (`\"...\"` becomes `\"\"`)."
-    out, i, n = [], 0, len(text)
-    while (m := _SPECIAL.search(text, i)):
-        j, tok = m.start(), m.group()
-        out.append(text[i:j])
-        if tok == '/-':
-            i, newlines = _skip_block(text, j); out.append(' ' + '\n' * newlines)
-        elif tok == '--':
-            k = text.find('\n', j); i = n if k < 0 else k
-        elif tok == '"':
-            k = j + 1
-            while k < n and text[k] != '"': k += 2 if text[k] == '\\' else 1
-            out.append('""'); i = k + 1
-        else:
-            end = _char_literal_end(text, j)
-            if end is None: out.append("'"); i = j + 1
-            else: out.append("' '"); i = end
-    out.append(text[i:])
-    return ''.join(out)
+    "`text` with comments removed and literal contents emptied (`\"...\"` becomes `\"\"`), lexed as Lean lexes it (`ei_nb.lean_lex`)."
+    return _code_only(text)
 
 def normalize_ws(text:str) -> str:
     "Collapse every run of whitespace to one space and strip the ends."

@@ -4,78 +4,117 @@
 
 # %% ../nbs/01a_verify.ipynb #9f7ab845
 from __future__ import annotations
-import copy, itertools, json, os, re, select, signal, subprocess, sys, tempfile, threading, time, uuid
+import copy, dataclasses, importlib, itertools, json, math, os, re, select, shlex, shutil, signal, subprocess, sys, tempfile, threading, time, uuid
 import urllib.error, urllib.request
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Iterable, Iterator
-from .core import (VERDICTS, BadInput, RecordError, atomic_write_json, check_record, iter_jsonl, lean_code_only,
+from .core import (VERDICTS, BadInput, RecordError, StageFailed, atomic_write_json, check_record, iter_jsonl, lean_code_only,
                         normalize_ws, read_problems, read_samples, sha256_json, theorem_name, write_records)
 from .cli import parser, say
+from .lean_lex import analyse, lexical_error
+from functools import lru_cache
 
 # %% auto #0
-__all__ = ['RULES', 'DEFAULT_POLICY', 'CACHE_VERSION', 'extract_code', 'split_code', 'policy_table', 'load_policy',
-           'allowed_axioms', 'check_statement', 'precheck', 'LeanError', 'with_axioms', 'judge', 'limited', 'Repl',
-           'ReplPool', 'LeanBackend', 'ServerBackend', 'cache_key', 'VerdictCache', 'Verifier', 'make_verifier',
-           'verify_cli']
+__all__ = ['RULES', 'DEFAULT_POLICY', 'NO_FLUSH_HINT', 'CACHE_VERSION', 'extract_code', 'split_code', 'policy_table',
+           'load_policy', 'allowed_axioms', 'check_statement', 'prepare', 'precheck', 'LeanError', 'with_axioms',
+           'axioms_line', 'judge', 'limited', 'HeaderStall', 'Repl', 'ReplPool', 'LeanBackend', 'ServerBackend',
+           'cache_key', 'VerdictCache', 'Verifier', 'VerifierSettings', 'register_backend', 'backend_factory',
+           'make_verifier', 'verify_cli']
 
 # %% ../nbs/01a_verify.ipynb #f0bacce4
-_FENCE = re.compile(r'^[ \t]*```[ \t]*(lean4|lean)[ \t]*\r?\n(.*?)^[ \t]*```[ \t]*\r?$', re.M | re.S | re.I)
+_OPENER = re.compile(r'[ \t]*(lean4|lean)[ \t]*\r?', re.I)
+_CLOSER = re.compile(r'[ \t]*\r?')
+
+def _fence_lines(text:str) -> list[tuple[int, int, str]]:
+    "(line start, line end, text after the backticks) of every line that is blanks then ``` (found with str.find)."
+    out, i = [], text.find('```')
+    while i >= 0:
+        start = text.rfind('\n', 0, i) + 1
+        if not text[start:i].strip(' \t'):
+            end = text.find('\n', i)
+            end = len(text) if end < 0 else end
+            out.append((start, end, text[i + 3:end]))
+            i = text.find('```', end)
+        else: i = text.find('```', i + 3)
+    return out
 
 def extract_code(completion:str, # the model's full output
                 ) -> str|None:   # the code of the last ```lean4 block (else last ```lean block), or None
     "The Lean code a completion proposes, or `None` (verdict `no_code`)."
-    blocks = _FENCE.findall(completion)
+    fences, blocks, k = _fence_lines(completion), [], 0
+    while k < len(fences):
+        o = _OPENER.fullmatch(fences[k][2])
+        close = next((j for j in range(k + 1, len(fences)) if _CLOSER.fullmatch(fences[j][2])), None) if o else None
+        if close is None: k += 1; continue
+        blocks.append((o.group(1).lower(), completion[fences[k][1] + 1:fences[close][0]]))
+        k = close + 1
     for tag in ('lean4', 'lean'):
-        found = [code for t, code in blocks if t.lower() == tag]
+        found = [code for t, code in blocks if t == tag]
         if found: return found[-1]
     return None
 
 # %% ../nbs/01a_verify.ipynb #5fab364c
 _PRELUDE = re.compile(r'import\s+\S+|set_option\s+maxHeartbeats\s+\d+|open\s+(?!.*\sin$).+')
 
-def split_code(code:str) -> tuple[str, str]:
-    "Split `code` into the repeated header lines (`import`/`open`/`set_option maxHeartbeats`) and the body, prelude lines blanked."
-    raw, clean, pre = code.split('\n'), lean_code_only(code).split('\n'), set()
+def _split(code:str):
+    "(prelude line indices, raw lines, code-only lines, lexical error) of `code`, from one pass of the lexer."
+    clean, err = analyse(code)
+    raw, clean, pre = code.split('\n'), clean.split('\n'), set()
     # up to the first line of real code only comments precede, and comments keep their line breaks
     for i, (r, c) in enumerate(zip(raw, clean)):
         c = c.strip()
         if not c: continue
         if not (_PRELUDE.fullmatch(c) and r.split('--')[0].strip() == c): break
         pre.add(i)
+    return pre, raw, clean, err
+
+def split_code(code:str) -> tuple[str, str]:
+    "Split `code` into the repeated header lines (`import`/`open`/`set_option maxHeartbeats`) and the body, prelude lines blanked."
+    pre, raw, _, _ = _split(code)
     return ('\n'.join(raw[i] for i in sorted(pre)),
             '\n'.join('' if i in pre else r for i, r in enumerate(raw)))
 
 # %% ../nbs/01a_verify.ipynb #a0cf1f9c
 RULES = [
-    dict(rule='sorry', names=('sorry', 'admit', 'sorryAx'), why='closes any goal without proving it'),
+    dict(rule='sorry', names=('sorry', 'admit', 'sorryAx', 'stop'), why='closes any goal without proving it (`stop` is `repeat sorry`)'),
     dict(rule='axiom', keywords=('axiom',), why='assumes what should be proved'),
-    dict(rule='native_decide', names=('native_decide', 'ofReduceBool', 'ofReduceNat', 'reduceBool', 'reduceNat'),
-         why='trusts compiled code instead of the kernel; switching the rule off also allows its axioms',
-         axioms=('Lean.ofReduceBool', 'Lean.ofReduceNat')),
-    dict(rule='unsafe', keywords=('implemented_by', 'extern', 'unsafe'), why='swaps a definition for unchecked code, or leaves the type system'),
+    dict(rule='native_decide', names=('native_decide', 'ofReduceBool', 'ofReduceNat', 'reduceBool', 'reduceNat', 'trustCompiler',
+                                      'native', 'bv_decide', 'bv_decide?'),
+         why='trusts compiled code instead of the kernel (`decide +native`, `bv_decide` too); switching the rule off also allows its axioms',
+         axioms=('Lean.ofReduceBool', 'Lean.ofReduceNat', 'Lean.trustCompiler')),
+    dict(rule='unsafe', keywords=('implemented_by', 'extern', 'unsafe', 'partial'), why='swaps a definition for unchecked code, or leaves the type system'),
     dict(rule='syntax', keywords=('macro', 'macro_rules', 'syntax', 'declare_syntax_cat', 'notation', 'notation3', 'infix', 'infixl',
                                   'infixr', 'prefix', 'postfix', 'elab', 'elab_rules', 'binder_predicate', 'command_elab',
                                   'term_elab', 'delab', 'app_unexpander'),
          why='can change what the statement or a tactic means while its text still matches'),
-    dict(rule='instance', keywords=('instance', 'default_instance'), why='a new instance (also `attribute [instance]`) can change what +, ≤ or / mean in the statement'),
-    dict(rule='metaprogram', keywords=('run_cmd', 'run_elab', 'run_meta', 'run_tac', 'by_elab', '#eval', 'initialize', 'builtin_initialize'),
-         why='runs arbitrary code: can add declarations, set options, log fake messages'),
+    dict(rule='instance', keywords=('instance', 'default_instance', 'attribute', 'unif_hint'),
+         why='a new instance (also `attribute [instance]`, a unification hint) can change what +, ≤ or / mean in the statement'),
+    dict(rule='metaprogram', keywords=('run_cmd', 'run_elab', 'run_meta', 'run_tac', 'by_elab', '#eval', 'initialize', 'builtin_initialize',
+                                       'simproc', 'dsimproc', 'simproc_decl', 'dsimproc_decl', 'register_simp_attr', 'register_option'),
+         why='runs arbitrary code at elaboration time: can add unchecked declarations, set options, log fake messages'),
     dict(rule='exit', keywords=('#exit',), why='stops Lean: the rest of the file, our axiom check included, is never checked'),
-    dict(rule='hash_command', rejects='any other #command: #print, #guard_msgs, #check, …',
+    dict(rule='hash_command', rejects='any #command but a trailing `#print axioms THEOREM`: #print "…", #guard_msgs, #check, …',
          why='#guard_msgs swallows errors, #print "…" can imitate the axiom report; a proof needs none'),
     dict(rule='set_option', rejects='set_option NAME unless NAME is in policy["set_options"] (so debug.*, trace.*, …)',
          why='debug.skipKernelTC and similar options skip kernel checking; only harmless limits are allowed'),
     dict(rule='search', keywords=('apply?', 'exact?'),
          why='library search: slow, and its answer is a suggestion, not the proof written (Goedel-Prover-V2 bans it)'),
-    dict(rule='definition', keywords=('def', 'abbrev', 'opaque', 'structure', 'class', 'inductive'),
+    dict(rule='definition', keywords=('def', 'abbrev', 'opaque', 'structure', 'class', 'inductive', 'irreducible_def', 'alias', 'example'),
          why='a new definition can shadow a name the statement uses; helper lemmas need none'),
-    dict(rule='scope', keywords=('open', 'namespace', 'section', 'variable', 'universe', 'export', 'mutual', 'include', 'omit'),
-         why='`variable` can add a hypothesis to the theorem; `open`/`namespace`/`export` change how its names resolve (leading header lines are exempt)'),
-    dict(rule='import', keywords=('import',), why="the problem's header is the one used; a late import is an error anyway (leading ones are exempt)"),
-    dict(rule='lexer', rejects='raw strings r"…", «quoted names»',
-         why='the comment/string stripper does not follow them, so they could hide code from these rules'),
-    dict(rule='statement', rejects="a missing, repeated or changed declaration of the problem's theorem",
+    dict(rule='scope', keywords=('namespace', 'section', 'end', 'variable', 'variables', 'variable?', 'variable!', 'universe', 'export',
+                                 'mutual', 'include', 'omit'),
+         why='`variable(s)` adds hypotheses to the theorem (before Lean 4.11 whenever the proof uses one); scope commands inside a proof are commands'),
+    dict(rule='import', keywords=('import',), why="the problem's header is the one used; a late import is an error anyway (leading ones are dropped)"),
+    dict(rule='lexer', rejects='an unterminated comment, string or «name»',
+         why='Lean reports it as an error; the rest of the file would be read differently'),
+    dict(rule='toplevel', keywords=('theorem', 'lemma'), rejects='a top-level command outside the allow-list; an indented `theorem`/`lemma`',
+         why='deny by default: whatever a whole-proof prover does not need cannot be trusted not to change the statement'),
+    dict(rule='open', rejects='`open A in` before the theorem; `open A` before it opening what the header does not; `open … hiding/renaming/scoped`',
+         why='an `open` that reaches the statement can change which constant a name in it denotes'),
+    dict(rule='namespace', rejects='the theorem declared inside a `namespace`',
+         why="inside `namespace N` the theorem is `N.name`, and the statement's names resolve in N first"),
+    dict(rule='statement', rejects="a missing, repeated or changed declaration of the problem's theorem (compared up to `:=`)",
          why='a proof of another (easier) statement proves nothing; helper lemmas before it are fine'),
 ]
 for _r in RULES: _r.setdefault('rejects', ', '.join(_r.get('keywords', ()) + _r.get('names', ())))
@@ -84,14 +123,17 @@ _NAMES = {w: r['rule'] for r in RULES for w in r.get('names', ())}
 _WORDS = {**_KEYWORDS, **_NAMES}
 _LEAN_RULES = [
     dict(rule='lean_error', rejects='any error message', why='Lean did not accept the code'),
-    dict(rule='lean_sorry', rejects="non-empty sorries, warning \"declaration uses 'sorry'\"", why='an unfinished proof'),
-    dict(rule='axioms', rejects='#print axioms <name> missing, repeated, not last, or listing an axiom beyond policy["axioms"]',
+    dict(rule='lean_sorry', rejects="non-empty sorries, warning \"declaration uses 'sorry'\" (or `sorry`)", why='an unfinished proof'),
+    dict(rule='axioms', rejects='no report from OUR `#print axioms NAME` (matched by its position), or an axiom beyond policy["axioms"]',
          why="the kernel's account: the theorem exists under its name and assumes only the standard axioms"),
+    dict(rule='lean_statement', rejects="the final theorem's type, read from Lean, differs from the reference statement elaborated in the header alone",
+         why='a check that does not trust text: notation, instances or opens that change the statement show up as a different type'),
 ]
 
 DEFAULT_POLICY = {
     'rules': {r['rule']: True for r in RULES},
-    'set_options': ['maxHeartbeats', 'maxRecDepth', 'synthInstance.maxHeartbeats', 'synthInstance.maxSize', 'linter.', 'pp.'],
+    'set_options': ['maxHeartbeats', 'maxRecDepth', 'synthInstance.maxHeartbeats', 'synthInstance.maxSize', 'tactic.hygienic',
+                    'linter.', 'pp.'],
     'axioms': ['propext', 'Classical.choice', 'Quot.sound'],
 }
 
@@ -130,67 +172,190 @@ def allowed_axioms(policy:dict) -> set[str]:
     return set(policy['axioms']) | {a for r in RULES if not policy['rules'][r['rule']] for a in r.get('axioms', ())}
 
 # %% ../nbs/01a_verify.ipynb #bba013bd
-def _decl(name:str):
-    return re.compile(r"(?<![\w'!?.])(?:theorem|lemma)\s+" + re.escape(name) + r"(?![\w'!?.])")
+_NAME_CHAR = re.compile(r"[\w'!?.]")
+
+def _declarations(norm:str, name:str) -> list[int]:
+    "Offsets of `theorem NAME`/`lemma NAME` in whitespace-normalised code (found with str.find: this runs on every proof)."
+    out, i = [], norm.find(name)
+    while i >= 0:
+        end = i + len(name)
+        if not _NAME_CHAR.match(norm, end) if end < len(norm) else True:
+            for kw in ('theorem ', 'lemma '):
+                k = i - len(kw)
+                if k >= 0 and norm.startswith(kw, k) and (k == 0 or not _NAME_CHAR.match(norm, k - 1)): out.append(k)
+        i = norm.find(name, i + 1)
+    return out
+
+def _norm(text:str) -> str: return normalize_ws(text.replace(':=', ' := '))
+
+def _statement(problem:dict) -> str:
+    "The problem's statement up to and including `:=`, comments removed, whitespace normalised."
+    return _statement_of(problem['formal_statement'])
+
+@lru_cache(maxsize=8192)
+def _name(statement:str) -> str|None: return theorem_name(statement)
+
+@lru_cache(maxsize=8192)
+def _statement_of(formal_statement:str) -> str:
+    return re.sub(r'\s*:=\s*(?:by)?$', '', _norm(lean_code_only(formal_statement))) + ' :='
 
 def check_statement(clean:str,  # the body, comments removed (`lean_code_only`)
                     problem:dict, # a problem record: `formal_statement` ends with `:= by`
                    ) -> str|None:
-    "None if `clean` declares the problem's theorem once with its exact statement, else the reason."
-    name = theorem_name(problem['formal_statement'])
+    "None if `clean` declares the problem's theorem once with its exact statement (up to `:=`), else the reason."
+    name = _name(problem['formal_statement'])
     if not name: raise BadInput(f"problem {problem.get('name')!r}: formal_statement declares no theorem")
-    stmt, norm = normalize_ws(lean_code_only(problem['formal_statement'])), normalize_ws(clean)
-    hits = [m.start() for m in _decl(name).finditer(norm)]
+    stmt, norm = _statement(problem), _norm(clean)
+    hits = _declarations(norm, name)
     if not hits: return f'statement: theorem {name} is not declared'
     if len(hits) > 1: return f'statement: theorem {name} is declared {len(hits)} times'
-    i, end = hits[0], hits[0] + len(stmt)
-    if norm.startswith(stmt, i) and (end == len(norm) or norm[end] == ' '): return None
+    i = hits[0]
+    if norm.startswith(stmt, i): return None
     j = next((k for k, (a, b) in enumerate(zip(norm[i:], stmt)) if a != b), min(len(stmt), len(norm) - i))
     return f"statement: theorem {name} differs from the problem at {norm[i+j:i+j+30]!r} (expected {stmt[j:j+30]!r})"
 
 # %% ../nbs/01a_verify.ipynb #1eb09d8f
+_HEAD_IN = re.compile(r"(open)((?:\s+(?!in\b)[^\s()]+)+)\s+in\b\s*|(set_option)\s+(\S+)\s+(\S+)\s+in\b\s*")
+_HEAD_DECL = re.compile(r"(?:@\[\s*(simp)\s*\]\s*)?(?:(?:private|protected|noncomputable)\s+)*(?:theorem|lemma)\s+([^\s:({\[⦃]+)")
+_HEAD_OTHER = re.compile(r"(open)((?:\s+[^\s()]+)+)\s*$|(namespace)\s+\S+\s*$|(?:noncomputable\s+)?(section)(?:\s+\S+)?\s*$|(end)(?:\s+\S+)?\s*$"
+                         r"|(set_option)\s+(\S+)\s+\S+\s*$|(#print)\s+axioms\s+(\S+)\s*$")
+
+_COL0 = re.compile(r'^\S', re.M)
+_COMMENT_COL0 = re.compile(r'^(?:/-|--)', re.M)
+
+def _items(code:str, clean:str) -> list[tuple[int, int]]:
+    "(start, end) offsets in `clean` of the top-level items: each starts at a line with code in column 0."
+    heads = {m.start() for m in _COL0.finditer(clean)}
+    # a line that starts with a comment starts an item if code follows on it (`/- doc -/ theorem …`)
+    if commented := [code.count('\n', 0, m.start()) for m in _COMMENT_COL0.finditer(code)]:
+        lines = clean.split('\n'); offsets = list(itertools.accumulate((len(l) + 1 for l in lines), initial=0))
+        heads |= {offsets[i] for i in commented if lines[i].strip()}
+    first = len(clean) - len(clean.lstrip())
+    if first < len(clean): heads.add(clean.rfind('\n', 0, first) + 1)
+    starts = sorted(heads)
+    return list(zip(starts, starts[1:] + [len(clean)]))
+
+@lru_cache(maxsize=1024)
+def _header_opens(header:str) -> frozenset[str]:
+    return frozenset(w for line in lean_code_only(header).split('\n') if line.startswith('open ') for w in line.split()[1:])
+
+def _toplevel(code:str, clean:str, problem:dict, policy:dict):
+    "(first violation or None, validated spans, lines of a trailing `#print axioms`) for the top level of `clean`."
+    name, opens = _name(problem['formal_statement']), _header_opens(problem.get('header', ''))
+    ok, printed, scopes, seen_main, open_in, bad = [], [], [], False, None, []
+    items = _items(code, clean)
+    for k, (a, b) in enumerate(items):
+        text, line = clean[a:b], _line(clean, a)
+        i = len(text) - len(text.lstrip())
+        while m := _HEAD_IN.match(text, i):                  # `open A in`, `set_option X v in` prefixes
+            if m.group(3) and not _option_ok(m.group(4), policy['set_options']): bad.append(('set_option', f'{m.group(4)!r} at line {line} is not allowed'))
+            if m.group(1): open_in = line
+            ok.append((a + i, a + m.end())); i = m.end()
+        if d := _HEAD_DECL.match(text, i):
+            main = d.group(2) == name
+            if main and open_in: bad.append(('open', f'`open … in` at line {open_in} reaches the theorem'))
+            if main and (ns := [l for kind, l in scopes if kind == 'namespace']):
+                bad.append(('namespace', f'theorem {name} is declared inside the namespace opened at line {ns[-1]}'))
+            seen_main, open_in = seen_main or main, None
+            ok.append((a + i, a + d.end() - len(d.group(2))))
+            continue
+        if not text[i:].strip(): continue                     # a prefix alone on its line: it applies to the next item
+        o = _HEAD_OTHER.match(text, i)
+        if o is None or open_in:
+            bad.append(('toplevel', f'{text[i:].split()[0]!r} at line {line} is not allowed at the top level')); continue
+        if o.group(1):
+            words = set(o.group(2).split())
+            if {'hiding', 'renaming', 'scoped', '→'} & words or (words - opens and not seen_main):
+                bad.append(('open', f"`open{o.group(2).rstrip()}` at line {line}: before the theorem only the header's opens {sorted(opens)}"))
+                continue
+        elif o.group(3) or o.group(4): scopes.append((o.group(3) or o.group(4), line))
+        elif o.group(5) and scopes: scopes.pop()
+        elif o.group(6) and not _option_ok(o.group(7), policy['set_options']): continue   # left to the word scan
+        elif o.group(8):
+            trailing = all(clean[x:y].lstrip().startswith('#print') for x, y in items[k+1:])
+            if not (seen_main and trailing and o.group(9) in (name, f'_root_.{name}')): continue   # the word scan rejects it
+            printed.append(line)
+        ok.append((a + i, b))
+    return (bad[0] if bad else None), ok, printed
+
+# %% ../nbs/01a_verify.ipynb #a5e7b53a
 _TOKEN = re.compile(r"#?[\w'!?]+(?:\.[\w'!?]+)*")
+_OPEN_IN = re.compile(r"open(?:\s+(?!in\b)[^\s()]+)+\s+in\b")
 
 def _line(text:str, pos:int) -> int: return text.count('\n', 0, pos) + 1
 
 def _option_ok(opt:str, allowed) -> bool:
     return any(opt == a or (a.endswith('.') and opt.startswith(a)) for a in allowed)
 
+_SCAN_WORDS = sorted({*_WORDS, 'open', 'set_option'} - {w for w in _WORDS if w[0] == '#'})
+_B = r"[\w'!?]"
+
+@lru_cache(maxsize=None)
+def _word_re(w:str):
+    "Where `w` stands as a whole token: a keyword only as a name's first part, a name as any part of a dotted name."
+    before = rf"(?<!{_B})" if w in _NAMES else r"(?<![\w'!?.])"
+    return re.compile(before + re.escape(w) + rf"(?!{_B})")
+
+_HASH = re.compile(r"(?<![\w'!?.])#[\w'!?]+")
+
 def _scan(clean:str, set_options) -> dict:
-    "The first hit of each token rule in `clean`: {rule: (token, position)}."
-    hits = {}
-    for m in _TOKEN.finditer(clean):
-        tok = m.group()
-        if (rule := _WORDS.get(tok)) is None:
-            if '.' in tok:
-                parts = tok.split('.')
-                rule = _KEYWORDS.get(parts[0]) or next((_NAMES[p] for p in parts if p in _NAMES), None)
-            elif tok[0] == '#': rule = 'hash_command'
-            elif tok == 'r' and clean[m.end():m.end()+1] in ('"', '#'): rule = 'lexer'
-            elif tok == 'set_option':
+    "The first hit of each word rule in `clean`: {rule: detail}."
+    found = []
+    for w in (w for w in _SCAN_WORDS if w in clean):          # substring tests at C speed; most proofs stop here
+        for m in _word_re(w).finditer(clean):
+            tok, rule = w, _WORDS.get(w)
+            if w == 'open':
+                if _OPEN_IN.match(clean, m.start()): continue
+                rule = 'open'
+            elif w == 'set_option':
                 nxt = _TOKEN.search(clean, m.end())
-                if not _option_ok(opt := nxt.group() if nxt else '', set_options): rule, tok = 'set_option', opt
-        if rule and rule not in hits: hits[rule] = (tok, m.start())
-    if (i := clean.find('«')) >= 0: hits.setdefault('lexer', ('«', i))
+                if _option_ok(opt := nxt.group() if nxt else '', set_options): continue
+                rule, tok = 'set_option', opt
+            found.append((m.start(), rule, tok))
+    if '#' in clean: found += [(m.start(), _KEYWORDS.get(m.group(), 'hash_command'), m.group()) for m in _HASH.finditer(clean)]
+    hits = {}
+    for pos, rule, tok in sorted(found):
+        if rule not in hits:
+            hits[rule] = f'{tok!r} at line {_line(clean, pos)}' + (' is not allowed' if rule in ('set_option', 'open') else '')
     return hits
+
+def _blank(text:str, spans) -> str:
+    "`text` with the characters of `spans` replaced by spaces (line breaks kept)."
+    out = list(text)
+    for a, b in spans:
+        for i in range(a, b):
+            if out[i] != '\n': out[i] = ' '
+    return ''.join(out)
+
+def prepare(code:str,            # the extracted Lean code
+            problem:dict,        # the problem record it claims to prove
+            policy:dict|None=None, # a policy from `load_policy` (default: DEFAULT_POLICY)
+           ) -> tuple[str|None, str]: # (None if the code may go to Lean else the reason, the body to send)
+    "Pre-check `code` and build the body Lean checks."
+    policy = policy or DEFAULT_POLICY
+    pre, raw, clean, e = _split(code)
+    for i in pre: raw[i] = clean[i] = ''          # prelude lines are pure code: blanking them moves nothing else
+    body, clean = '\n'.join(raw), '\n'.join(clean)
+    violation, ok, printed = _toplevel(body, clean, problem, policy)
+    hits = _scan(_blank(clean, ok), policy['set_options'])
+    if e is not None: hits.setdefault('lexer', f'{e[0]} at line {_line(body, e[1])}')
+    if violation: hits[violation[0]] = violation[1]
+    lines = body.split('\n')
+    for l in printed: lines[l - 1] = ''
+    for r in RULES:
+        rule = r['rule']
+        if not policy['rules'][rule]: continue
+        if rule == 'statement':
+            if reason := check_statement(clean, problem): return reason, body
+        elif rule in hits: return f'{rule}: {hits[rule]}', body
+    return None, '\n'.join(lines)
 
 def precheck(code:str,            # the extracted Lean code
              problem:dict,        # the problem record it claims to prove
              policy:dict|None=None, # a policy from `load_policy` (default: DEFAULT_POLICY)
             ) -> str|None:        # None if the code may go to Lean, else the reason
     "Reject cheats and unfaithful statements before any Lean runs."
-    policy = policy or DEFAULT_POLICY
-    clean = lean_code_only(split_code(code)[1])
-    hits = _scan(clean, policy['set_options'])
-    for r in RULES:
-        rule = r['rule']
-        if not policy['rules'][rule]: continue
-        if rule == 'statement':
-            if reason := check_statement(clean, problem): return reason
-        elif rule in hits:
-            tok, pos = hits[rule]
-            return f'{rule}: {tok!r} at line {_line(clean, pos)}' + (' is not allowed' if rule == 'set_option' else '')
-    return None
+    return prepare(code, problem, policy)[0]
 
 # %% ../nbs/01a_verify.ipynb #64a2ee89
 class LeanError(Exception):
@@ -199,8 +364,12 @@ class LeanError(Exception):
 _SEVERITIES = {'error', 'warning', 'info', 'information', 'trace'}
 
 def with_axioms(body:str, name:str) -> str:
-    "The proof text sent to Lean: the body, then `#print axioms NAME`."
+    "The proof text sent to Lean: the body, then `#print axioms NAME` on the last line (line `axioms_line(...)`)."
     return body.rstrip() + f'\n\n#print axioms {name}\n'
+
+def axioms_line(sent:str) -> int:
+    "The 1-based line of the `#print axioms` that `with_axioms` appended to `sent`."
+    return sent.count('\n')
 
 def _msg_line(m:dict) -> int:
     pos = m.get('pos')
@@ -208,9 +377,13 @@ def _msg_line(m:dict) -> int:
 
 def _short(m:dict) -> str: return f"line {_msg_line(m)}: {m['data'].strip()[:200]}"
 
+_SORRY_WARNING = re.compile(r"declaration uses ['`]sorry['`]")     # v4.28 writes `sorry` in backticks
+_REPORT = re.compile(r"'(.+)' (?:depends on axioms: \[(.*)\]|does not depend on any axioms)", re.S)
+
 def judge(reply,                  # a Lean REPL reply: {'messages': [...], 'sorries': [...], ...}
           name:str,               # the theorem's name (its `#print axioms` was appended)
           policy:dict|None=None,  # for the allowed axioms
+          line=None,              # line(s) of OUR `#print axioms` in the reply's coordinates; None: the last message
          ) -> tuple[str, str|None]: # (verdict, reason): pass, fail or error
     "The verdict of Lean's reply to a proof followed by `#print axioms NAME`."
     if not isinstance(reply, dict): return 'error', 'malformed reply: not a JSON object'
@@ -221,16 +394,15 @@ def judge(reply,                  # a Lean REPL reply: {'messages': [...], 'sorr
         return 'error', 'malformed reply: messages/sorries have the wrong shape'
     if errs := [m for m in msgs if m['severity'] == 'error']: return 'fail', 'lean error: ' + _short(errs[0])
     if sorries: return 'fail', f'lean sorry: {len(sorries)} sorries'
-    if w := [m for m in msgs if m['severity'] == 'warning' and "declaration uses 'sorry'" in m['data']]:
+    if w := [m for m in msgs if m['severity'] == 'warning' and _SORRY_WARNING.search(m['data'])]:
         return 'fail', 'lean sorry: ' + _short(w[0])
-    rx = re.compile(rf"'{re.escape(name)}' (?:depends on axioms: \[(.*)\]|does not depend on any axioms)", re.S)
-    reports = [(m, x) for m in msgs if (x := rx.fullmatch(m['data'].strip()))]
-    if not reports: return 'fail', f'axioms: no report for {name} (theorem missing or renamed?)'
-    if len(reports) > 1: return 'fail', f'axioms: {len(reports)} reports for {name} (one is fake)'
-    m, x = reports[0]
-    if m['severity'] not in ('info', 'information') or any(_msg_line(o) > _msg_line(m) for o in msgs):
-        return 'fail', 'axioms: the report is not the last info message'
-    used = [a.strip() for a in (x.group(1) or '').split(',') if a.strip()]
+    # the report of OUR command, found by its position: text the candidate printed elsewhere is never read
+    lines = {line} if isinstance(line, int) else set(line) if line is not None else {max((_msg_line(m) for m in msgs), default=0)}
+    mine = [(m, x) for m in msgs if _msg_line(m) in lines and m['severity'] in ('info', 'information')
+            and (x := _REPORT.fullmatch(m['data'].strip())) and (x.group(1) == name or x.group(1).endswith('.' + name))]
+    if not mine: return 'fail', f'axioms: no report for {name} from the appended `#print axioms` (theorem missing or renamed?)'
+    if len(mine) > 1: return 'fail', f'axioms: {len(mine)} reports for {name} at the line of the appended command'
+    used = [a.strip() for a in (mine[0][1].group(2) or '').split(',') if a.strip()]
     if bad := [a for a in used if a not in allowed_axioms(policy or DEFAULT_POLICY)]:
         return 'fail', f'axioms: {name} uses {", ".join(bad)}'
     return 'pass', None
@@ -260,18 +432,42 @@ def _tail(f, n:int=300) -> str:
     except (OSError, ValueError): return ''
 
 # %% ../nbs/01a_verify.ipynb #8404bf73
+class HeaderStall(LeanError):
+    "The REPL never answered the header command: an infrastructure failure, not a verdict."
+
+NO_FLUSH_HINT = ("the REPL did not answer the header command within {t:g} s. A REPL older than repl commit 4fc1e6d "
+                 "(\"avoid buffering stdout\", v4.10.0) never flushes its stdout, so on a pipe its replies stay in its buffer: "
+                 "run it with stdout_mode 'pty' or 'stdbuf' (the default is 'pty'), or rebuild the REPL with that commit "
+                 "(`ei setup-lean` builds it so); if the header really takes longer, raise --header-timeout")
+
+def _stdout_mode(mode:str) -> str:
+    if mode == 'auto': return 'pty' if sys.platform.startswith('linux') else ('stdbuf' if shutil.which('stdbuf') else 'pipe')
+    if mode not in ('pty', 'stdbuf', 'pipe'): raise BadInput(f"stdout_mode must be pty, stdbuf, pipe or auto, got {mode!r}")
+    return mode
+
 class Repl:
-    "One Lean REPL process speaking JSON over pipes; restarted lazily after any failure."
-    def __init__(self, cmd:list, cwd=None, mem_mb:int|None=None, max_uses:int=100, max_reply:int=64<<20, env:dict|None=None):
+    "One Lean REPL process speaking JSON over pipes (stdout through a pty by default); restarted lazily after any failure."
+    def __init__(self, cmd:list, cwd=None, mem_mb:int|None=None, max_uses:int=100, max_reply:int=64<<20, env:dict|None=None,
+                 stdout_mode:str='auto'):
         self.cmd, self.cwd, self.mem_mb, self.max_uses, self.max_reply, self.env = list(cmd), cwd, mem_mb, max_uses, max_reply, env
-        self.proc, self.envs, self.uses, self.closed = None, {}, 0, False
+        self.stdout_mode = _stdout_mode(stdout_mode)
+        self.proc, self.envs, self.uses, self.closed, self.out_fd = None, {}, 0, False, None
         self.starts = self.failures = self.recycles = 0
 
     def start(self):
         if self.closed: raise LeanError('verifier closed')
-        self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(limited(self.cmd, self.mem_mb), cwd=self.cwd, env=self.env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.stderr, start_new_session=True)
+        self.stderr, cmd, out = tempfile.TemporaryFile(), self.cmd, subprocess.PIPE
+        if self.stdout_mode == 'stdbuf': cmd = ['stdbuf', '-oL'] + cmd
+        if self.stdout_mode == 'pty':
+            import pty, tty
+            master, out = pty.openpty()
+            tty.setraw(out)                 # no echo, no \n -> \r\n
+        try:
+            self.proc = subprocess.Popen(limited(cmd, self.mem_mb), cwd=self.cwd, env=self.env, stdin=subprocess.PIPE,
+                                         stdout=out, stderr=self.stderr, start_new_session=True)
+        finally:
+            if self.stdout_mode == 'pty': os.close(out)
+        self.out_fd = master if self.stdout_mode == 'pty' else self.proc.stdout.fileno()
         os.set_blocking(self.proc.stdin.fileno(), False)
         self.buf, self.envs, self.uses = bytearray(), {}, 0
         self.starts += 1
@@ -279,10 +475,14 @@ class Repl:
     def close(self, final:bool=False):
         "Kill the process (the next call starts a new one, unless `final`)."
         self.closed = self.closed or final
-        if self.proc is not None: _kill(self.proc); self.stderr.close()
+        if self.proc is not None:
+            _kill(self.proc); self.stderr.close()
+            if self.stdout_mode == 'pty':
+                try: os.close(self.out_fd)
+                except OSError: pass
         self.proc = None
 
-    def _fail(self, why:str, exited:bool=False):
+    def _fail(self, why:str, exited:bool=False, cls=LeanError):
         self.failures += 1
         if exited:   # give a dying process a moment, so its exit status and last words are in the reason
             try: self.proc.wait(timeout=2)
@@ -290,17 +490,18 @@ class Repl:
         rc = self.proc.poll() if self.proc else None
         detail = f'{why} (exit {rc}: {_tail(self.stderr)})' if rc is not None else why
         self.close()
-        raise LeanError(detail)
+        raise cls(detail)
 
-    def send(self, obj:dict, timeout:float) -> dict:
-        "Send one command, return the decoded reply; `LeanError` on any fault."
+    def send(self, obj:dict, timeout:float, on_timeout=None) -> dict:
+        "Send one command, return the decoded reply; `LeanError` on any fault (`on_timeout`: its class and text, for a deadline)."
         if self.proc is None: self.start()
         deadline = time.monotonic() + timeout
+        late = on_timeout or (LeanError, f'timeout after {timeout:g} s')
         data = memoryview((json.dumps(obj, ensure_ascii=False) + '\n\n').encode())
-        fd_in, fd_out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        fd_in, fd_out = self.proc.stdin.fileno(), self.out_fd
         while data:
             left = deadline - time.monotonic()
-            if left <= 0: self._fail(f'timeout after {timeout:g} s (writing)')
+            if left <= 0: self._fail(late[1] + ' (writing)', cls=late[0])
             if select.select([], [fd_in], [], left)[1]:
                 try: data = data[os.write(fd_in, data):]
                 except BlockingIOError: pass
@@ -309,11 +510,12 @@ class Repl:
             if i >= 0: del self.buf[:i+2]; continue
             if len(self.buf) > self.max_reply: self._fail(f'reply over {self.max_reply} bytes')
             left = deadline - time.monotonic()
-            if left <= 0: self._fail(f'timeout after {timeout:g} s')
+            if left <= 0: self._fail(late[1], cls=late[0])
             if select.select([fd_out], [], [], left)[0]:
-                chunk = os.read(fd_out, 1 << 16)
+                try: chunk = os.read(fd_out, 1 << 16)
+                except OSError: chunk = b''          # a pty whose other end is gone reads EIO
                 if not chunk: self._fail('crashed', exited=True)
-                self.buf += chunk
+                self.buf += chunk.replace(b'\r\n', b'\n') if self.stdout_mode == 'pty' else chunk
         raw = bytes(self.buf[:i]); del self.buf[:i+2]
         try: reply = json.loads(raw)
         except ValueError: self._fail(f'malformed reply {raw[:60]!r}')
@@ -325,7 +527,7 @@ class Repl:
         if self.proc is not None and self.uses >= self.max_uses: self.close(); self.recycles += 1
         if self.proc is None: self.start()
         if header not in self.envs:
-            r = self.send({'cmd': header}, header_timeout)
+            r = self.send({'cmd': header}, header_timeout, (HeaderStall, NO_FLUSH_HINT.format(t=header_timeout)))
             if not isinstance(r.get('env'), int) or any(m.get('severity') == 'error' for m in r.get('messages', []) if isinstance(m, dict)):
                 self.close(); raise LeanError(f'header failed: {json.dumps(r)[:200]}')
             self.envs[header] = r['env']
@@ -344,9 +546,9 @@ def _project_identity(project) -> dict:
 class ReplPool:
     "A pool of `Repl`s; `run` checks one proof on an idle REPL, preferring one that holds its header."
     def __init__(self, cmd:list, cwd=None, workers:int=1, mem_mb:int|None=10240, max_uses:int=100,
-                 header_timeout:float=600, max_reply:int=64<<20, lean_version:str|None=None):
-        self.repls = [Repl(cmd, cwd, mem_mb, max_uses, max_reply) for _ in range(max(1, workers))]
-        self.idle, self.cv, self.header_timeout = list(self.repls), threading.Condition(), header_timeout
+                 header_timeout:float=600, max_reply:int=64<<20, lean_version:str|None=None, stdout_mode:str='auto'):
+        self.repls = [Repl(cmd, cwd, mem_mb, max_uses, max_reply, stdout_mode=stdout_mode) for _ in range(max(1, workers))]
+        self.idle, self.cv, self.header_timeout, self.stalled = list(self.repls), threading.Condition(), header_timeout, None
         self.identity = {'backend': 'repl', 'cmd': list(cmd), 'lean': lean_version, **_project_identity(cwd)}
 
     def _take(self, header):
@@ -357,8 +559,10 @@ class ReplPool:
             return r
 
     def run(self, header:str, code:str, timeout:float) -> dict:
+        if self.stalled: raise self.stalled           # one header attempt per worker: no retry after a stall
         r = self._take(header)
         try: return r.run(header, code, timeout, self.header_timeout)
+        except HeaderStall as e: self.stalled = e; raise
         finally:
             with self.cv: self.idle.append(r); self.cv.notify()
 
@@ -389,7 +593,8 @@ class LeanBackend:
                 try: out, _ = proc.communicate(timeout=timeout)
                 except subprocess.TimeoutExpired: _kill(proc); raise LeanError(f'timeout after {timeout:g} s') from None
                 if proc.returncode not in (0, 1): raise LeanError(f'crashed (exit {proc.returncode}: {_tail(err)})')
-                try: msgs = [json.loads(l) for l in out.decode('utf-8', 'replace').splitlines() if l.strip()]
+                # one JSON object per line, split on \n only: Lean leaves U+2028/U+2029 unescaped inside strings
+                try: msgs = [json.loads(l) for l in out.decode('utf-8', 'replace').split('\n') if l.strip()]
                 except ValueError: raise LeanError(f'malformed output {out[:60]!r}') from None
                 if not all(isinstance(m, dict) for m in msgs): raise LeanError('malformed output: not JSON objects')
                 errs = [m for m in msgs if m.get('severity') == 'error']
@@ -398,37 +603,50 @@ class LeanBackend:
                 return {'messages': msgs}
         finally: path.unlink(missing_ok=True)
 
+    def report_lines(self, header:str, sent:str) -> set[int]:
+        "Where OUR `#print axioms` is in the file Lean read: after the header."
+        return {axioms_line(sent) + header.rstrip('\n').count('\n') + 2}
+
     def close(self): pass
 
 # %% ../nbs/01a_verify.ipynb #441633ff
 class ServerBackend:
-    "An HTTP client of kimina-lean-server-compatible endpoints, round robin."
-    def __init__(self, endpoints:list, api_key:str|None=None, margin:float=60, lean_version:str|None=None):
+    "An HTTP client of kimina-lean-server-compatible endpoints (`POST /verify`), round robin."
+    def __init__(self, endpoints:list, api_key:str|None=None, margin:float=60, lean_version:str|None=None,
+                 busy_retries:int=5, busy_backoff:float=2.0):
         if not endpoints: raise BadInput('backend server needs at least one --endpoint URL')
         self.endpoints, self.api_key, self.margin = [e.rstrip('/') for e in endpoints], api_key, margin
+        self.busy_retries, self.busy_backoff = busy_retries, busy_backoff
         self._next, self._lock, self.hits = itertools.cycle(range(len(self.endpoints))), threading.Lock(), [0]*len(self.endpoints)
         self.identity = {'backend': 'server', 'endpoints': sorted(self.endpoints), 'lean': lean_version}
 
     def _post(self, url:str, payload:bytes, timeout:float) -> dict:
-        headers = {'Content-Type': 'application/json', **({'X-Auth-Token': self.api_key} if self.api_key else {})}
+        headers = {'Content-Type': 'application/json', **({'Authorization': f'Bearer {self.api_key}'} if self.api_key else {})}
         req = urllib.request.Request(url + '/verify', data=payload, headers=headers, method='POST')
         with urllib.request.urlopen(req, timeout=timeout) as resp: return json.loads(resp.read(64 << 20))
 
     def run(self, header:str, code:str, timeout:float) -> dict:
         cid = uuid.uuid4().hex
+        secs = max(1, math.ceil(timeout))              # the server's request model wants an integer (a float gets 422)
         payload = json.dumps({'codes': [{'custom_id': cid, 'proof': header.rstrip('\n') + '\n\n' + code}],
-                              'timeout': timeout, 'disallow_partial_proofs': True}).encode()
-        tried = []
-        for _ in self.endpoints:
-            with self._lock: i = next(self._next); self.hits[i] += 1
-            try: answer = self._post(self.endpoints[i], payload, timeout + self.margin)
-            except TimeoutError: raise LeanError(f'server {self.endpoints[i]}: timeout after {timeout + self.margin:g} s') from None
-            except urllib.error.HTTPError as e: tried.append(f'{self.endpoints[i]}: HTTP {e.code}'); continue
-            except (urllib.error.URLError, OSError, ValueError) as e:
-                if isinstance(getattr(e, 'reason', None), TimeoutError): raise LeanError(f'server {self.endpoints[i]}: timeout') from None
-                tried.append(f'{self.endpoints[i]}: {type(e).__name__}: {str(e)[:80]}'); continue
-            return self._reply(answer, cid)
-        raise LeanError('server: all endpoints failed: ' + '; '.join(tried))
+                              'timeout': secs, 'disallow_partial_proofs': True}).encode()
+        tried, busy = [], 0
+        while True:
+            for _ in self.endpoints:
+                with self._lock: i = next(self._next); self.hits[i] += 1
+                try: answer = self._post(self.endpoints[i], payload, secs + self.margin)
+                except TimeoutError: raise LeanError(f'server {self.endpoints[i]}: timeout after {secs + self.margin:g} s') from None
+                except urllib.error.HTTPError as e:
+                    tried.append(f'{self.endpoints[i]}: HTTP {e.code}'); busy += e.code == 429; continue
+                except (urllib.error.URLError, OSError, ValueError) as e:
+                    if isinstance(getattr(e, 'reason', None), TimeoutError): raise LeanError(f'server {self.endpoints[i]}: timeout') from None
+                    tried.append(f'{self.endpoints[i]}: {type(e).__name__}: {str(e)[:80]}'); continue
+                return self._reply(answer, cid)
+            # 429 means "no REPL free yet": wait and retry (back-off), up to busy_retries rounds; other failures end here
+            rounds = len(tried) // len(self.endpoints)
+            if not busy or rounds > self.busy_retries: break
+            time.sleep(self.busy_backoff * 2 ** (rounds - 1)); busy = 0
+        raise LeanError('server: all endpoints failed: ' + '; '.join(tried[-len(self.endpoints):]) + (f' (after {rounds} rounds)' if rounds > 1 else ''))
 
     def _reply(self, answer, cid:str) -> dict:
         results = answer.get('results') if isinstance(answer, dict) else None
@@ -439,10 +657,17 @@ class ServerBackend:
         if not isinstance(resp, dict): raise LeanError('server: malformed answer (no response)')
         return resp
 
+    def report_lines(self, header:str, sent:str) -> set[int]:
+        "kimina-lean-server runs the text after its leading `import`/blank lines, so positions count from there."
+        full = header.rstrip('\n') + '\n\n' + sent
+        lead = next((k for k, l in enumerate(full.split('\n')) if l.strip() and not l.strip().startswith('import ')), 0)
+        at = axioms_line(sent) + header.rstrip('\n').count('\n') + 2
+        return {at - lead, at}
+
     def close(self): pass
 
 # %% ../nbs/01a_verify.ipynb #2e876bde
-CACHE_VERSION = 1  # bump when the verdict logic changes, so old verdicts are not reused
+CACHE_VERSION = 2  # bump when the verdict logic changes, so old verdicts are not reused
 
 def cache_key(problem:dict, code:str, policy:dict, identity) -> str:
     "sha256 of everything a verdict depends on."
@@ -474,16 +699,20 @@ class Verifier:
     def _check(self, problem:dict, sample:dict) -> tuple[str, str|None, str|None]:
         code = extract_code(sample['completion'])
         if code is None: return 'no_code', 'no closed ```lean4 or ```lean block', None
-        if reason := precheck(code, problem, self.policy): return 'fail', reason, code
+        reason, body = prepare(code, problem, self.policy)
+        if reason: return 'fail', reason, code
         if self.backend is None: return 'unchecked', None, code
         key = cache_key(problem, code, self.policy, self.identity)
         if self.cache and (hit := self.cache.get(key)): self._count('cache_hits'); return hit['verdict'], hit['reason'], code
         name = theorem_name(problem['formal_statement'])
         self._count('lean_runs')
-        try: reply = self.backend.run(problem['header'], with_axioms(split_code(code)[1], name), self.timeout)
+        sent = with_axioms(body, name)
+        try: reply = self.backend.run(problem['header'], sent, self.timeout)
+        except HeaderStall as e: raise StageFailed(f'verifier: {e}') from None
         except LeanError as e: return 'error', str(e)[:500], code
         except Exception as e: return 'error', f'internal: {type(e).__name__}: {str(e)[:300]}', code
-        verdict, reason = judge(reply, name, self.policy)
+        lines = self.backend.report_lines(problem['header'], sent) if hasattr(self.backend, 'report_lines') else axioms_line(sent)
+        verdict, reason = judge(reply, name, self.policy, lines)
         if self.cache: self.cache.put(key, verdict, reason)
         return verdict, reason, code
 
@@ -523,33 +752,113 @@ class Verifier:
     def __exit__(self, *exc): self.close()
 
 # %% ../nbs/01a_verify.ipynb #20b16187
-_KW = {'repl': {'repl_cmd', 'mem_mb', 'max_uses', 'header_timeout', 'max_reply', 'lean_version'},
-       'lean': {'lean_cmd', 'mem_mb', 'lean_version'}, 'server': {'api_key', 'margin', 'lean_version'}, 'none': set()}
+@dataclasses.dataclass
+class VerifierSettings:
+    "Everything that configures a verifier; one type for every caller (`from_dict`/`to_dict` for files)."
+    backend:str='none'               # none | repl | lean | server | known | a registered name | 'package.module:factory'
+    project:str|None=None            # Mathlib project directory (repl, lean): `lake env` runs there
+    workers:int|None=None            # parallel checks; default: the CPU count
+    timeout:float=300                # seconds per proof
+    header_timeout:float|None=None   # seconds for the header (repl); default max(600, timeout)
+    endpoints:list|None=None         # server URLs (server), used round robin
+    api_key:str|None=None            # server key (sent as `Authorization: Bearer KEY`); default $EI_LEAN_SERVER_KEY
+    known_proofs:str|None=None       # known-proof file (known)
+    policy:object=None               # None, a dict or a JSON path (see `load_policy`)
+    cache_dir:str|None=None          # verdict cache directory; None: no cache
+    mem_mb:int|None=10240            # RLIMIT_AS per Lean process (repl, lean); 0/None: no limit
+    max_uses:int=100                 # proofs per REPL before it is recycled
+    max_reply:int=64 << 20           # bytes of one REPL reply at most
+    repl_cmd:list|None=None          # the REPL command (default `lake env $EI_REPL_BIN`, `repl`)
+    lean_cmd:list|None=None          # the `lean --json` command (default `lake env lean --json`)
+    lean_version:str|None=None       # recorded in the cache key
+    stdout_mode:str='auto'           # repl stdout: pty | stdbuf | pipe | auto (pty on Linux), see `Repl`
+    margin:float=60                  # server: seconds of HTTP timeout beyond `timeout`
+    busy_retries:int=5               # server: rounds of retries after HTTP 429, with exponential back-off
 
-def make_verifier(backend:str='none',  # none | repl | lean | server
+    @classmethod
+    def from_dict(cls, d:dict, where:str='verifier settings') -> 'VerifierSettings':
+        "Settings from a dict; an unknown key is a `BadInput` naming it."
+        if not isinstance(d, dict): raise BadInput(f'{where}: expected an object, got {type(d).__name__}')
+        known = [f.name for f in dataclasses.fields(cls)]
+        if bad := [k for k in d if k not in known]: raise BadInput(f'{where}: unknown setting {bad[0]!r} (unknown settings {bad}); known: {known}')
+        return cls(**d)
+
+    def to_dict(self) -> dict:
+        "Plain JSON-able values (paths as strings)."
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
+
+_BACKENDS = {}
+
+def register_backend(name:str,   # the name `--backend` and `VerifierSettings.backend` use
+                     factory,    # `factory(settings) -> backend or Verifier`, or its import string 'package.module:factory'
+                    ):
+    "Make `name` a verifier back-end."
+    if not (callable(factory) or (isinstance(factory, str) and ':' in factory)): raise BadInput(f'backend {name!r}: factory must be callable or "module:attr"')
+    _BACKENDS[name] = factory
+
+def _load(ref:str):
+    "The object an import string 'package.module:attr' names."
+    mod, _, attr = ref.partition(':')
+    try: obj = importlib.import_module(mod)
+    except ImportError as e: raise BadInput(f'backend {ref!r}: cannot import {mod}: {e}') from None
+    for part in attr.split('.'):
+        if not hasattr(obj, part): raise BadInput(f'backend {ref!r}: {mod} has no {attr}')
+        obj = getattr(obj, part)
+    return obj
+
+def backend_factory(name:str):
+    "The factory of a registered name or of a 'package.module:factory' string."
+    f = _BACKENDS.get(name)
+    if f is None and ':' in name: f = name
+    if f is None: raise BadInput(f"unknown backend {name!r}; use one of {sorted(_BACKENDS)} or 'package.module:factory'")
+    return _load(f) if isinstance(f, str) else f
+
+def _needs_project(s:VerifierSettings):
+    if s.project is None or not Path(s.project).is_dir(): raise BadInput(f'backend {s.backend} needs --project DIR (a Mathlib project), got {s.project!r}')
+
+def _repl_backend(s:VerifierSettings):
+    _needs_project(s)
+    cmd = s.repl_cmd or ['lake', 'env', os.environ.get('EI_REPL_BIN', 'repl')]
+    return ReplPool(cmd, s.project, s.workers or os.cpu_count() or 1, s.mem_mb, s.max_uses,
+                    s.header_timeout or max(600, s.timeout), s.max_reply, s.lean_version, s.stdout_mode)
+
+def _lean_backend(s:VerifierSettings):
+    _needs_project(s)
+    return LeanBackend(s.project, s.lean_cmd, s.mem_mb, s.lean_version)
+
+def _server_backend(s:VerifierSettings):
+    return ServerBackend(s.endpoints or [], s.api_key or os.environ.get('EI_LEAN_SERVER_KEY'), s.margin, s.lean_version, s.busy_retries)
+
+def _known_backend(s:VerifierSettings):
+    if not s.known_proofs: raise BadInput('backend known needs --known-proofs FILE (JSON Lines of Lean-accepted proofs)')
+    return _load('ei_nb.demo:known_proof_verifier')(s.known_proofs, s.policy)
+
+for _n, _f in {'none': lambda s: None, 'repl': _repl_backend, 'lean': _lean_backend, 'server': _server_backend,
+               'known': _known_backend}.items(): register_backend(_n, _f)
+
+def make_verifier(settings='none',     # a `VerifierSettings`, a dict of settings, or a backend name
                   project=None,        # Mathlib project directory (repl, lean): `lake env` runs there
                   workers:int|None=None, # parallel checks (REPL processes); default: the CPU count
                   timeout:float=300,   # seconds per proof
                   endpoints:list|None=None, # server URLs (server), used round robin
                   policy=None,         # None, a dict or a JSON path (see `load_policy`)
                   cache_dir=None,      # verdict cache directory; None: no cache
-                  **kw,                # repl_cmd, lean_cmd, mem_mb (default 10240), max_uses (100), header_timeout (600), api_key, ...
+                  backend:str|None=None, # the backend name, as a keyword (older callers)
+                  **kw,                # any other `VerifierSettings` field: repl_cmd, mem_mb, header_timeout, api_key, ...
                  ) -> Verifier:
-    "A `Verifier` for `backend`."
-    if backend not in _KW: raise BadInput(f'unknown backend {backend!r}; use one of {sorted(_KW)}')
-    if bad := set(kw) - _KW[backend]: raise BadInput(f'backend {backend}: unknown options {sorted(bad)}')
-    workers = workers or os.cpu_count() or 1
-    if backend in ('repl', 'lean'):
-        if project is None or not Path(project).is_dir(): raise BadInput(f'backend {backend} needs --project DIR (a Mathlib project), got {project!r}')
-    mem = kw.get('mem_mb', 10240)
-    if backend == 'repl':
-        cmd = kw.get('repl_cmd') or ['lake', 'env', os.environ.get('EI_REPL_BIN', 'repl')]
-        b = ReplPool(cmd, project, workers, mem, kw.get('max_uses', 100), kw.get('header_timeout', max(600, timeout)),
-                     kw.get('max_reply', 64 << 20), kw.get('lean_version'))
-    elif backend == 'lean': b = LeanBackend(project, kw.get('lean_cmd'), mem, kw.get('lean_version'))
-    elif backend == 'server': b = ServerBackend(endpoints or [], kw.get('api_key') or os.environ.get('EI_LEAN_SERVER_KEY'), kw.get('margin', 60), kw.get('lean_version'))
-    else: b = None
-    return Verifier(b, load_policy(policy), VerdictCache(cache_dir) if cache_dir else None, workers, timeout)
+    "A `Verifier` for the given settings (fields passed as keywords override those of `settings`)."
+    given = dict(project=project, workers=workers, timeout=timeout, endpoints=endpoints, policy=policy, cache_dir=cache_dir, **kw)
+    defaults = VerifierSettings()
+    if isinstance(settings, VerifierSettings): base = settings.to_dict()
+    elif isinstance(settings, dict): base = VerifierSettings.from_dict(settings).to_dict()
+    else: base = {'backend': backend or settings}
+    if backend: base['backend'] = backend
+    base.update({k: v for k, v in given.items() if k not in base or v != getattr(defaults, k, None)})
+    s = VerifierSettings.from_dict(base)
+    made = backend_factory(s.backend)(s)
+    if isinstance(made, Verifier): return made
+    return Verifier(made, load_policy(s.policy), VerdictCache(s.cache_dir) if s.cache_dir else None,
+                    s.workers or os.cpu_count() or 1, s.timeout)
 
 # %% ../nbs/01a_verify.ipynb #cc5c183d
 def _parser():
@@ -557,7 +866,7 @@ def _parser():
     p.add_argument('--problems', required=True, help='problem records (JSONL)')
     p.add_argument('--samples', required=True, help='sample records (JSONL)')
     p.add_argument('--out', required=True, help='verdict records to write (JSONL)')
-    p.add_argument('--backend', default='none', choices=['none', 'repl', 'lean', 'server'])
+    p.add_argument('--backend', default='none', help=f"verifier back-end: {', '.join(sorted(_BACKENDS))} or package.module:factory")
     p.add_argument('--project', help='Mathlib project directory (repl, lean)')
     p.add_argument('--workers', type=int, help='parallel checks (default: CPU count)')
     p.add_argument('--timeout', type=float, default=300, help='seconds per proof')
@@ -566,6 +875,12 @@ def _parser():
     p.add_argument('--policy', help='policy JSON file (rules, set_options, axioms)')
     p.add_argument('--mem-mb', type=int, help='RLIMIT_AS per Lean process in MiB (default 10240)')
     p.add_argument('--max-uses', type=int, help='proofs per REPL before it is recycled (default 100)')
+    p.add_argument('--header-timeout', type=float, help='seconds for the REPL to load the header (default max(600, --timeout)); '
+                   'no reply in time stops the run with exit 3')
+    p.add_argument('--stdout-mode', choices=['auto', 'pty', 'stdbuf', 'pipe'], help="how the REPL's stdout is read (default auto: pty on Linux)")
+    p.add_argument('--known-proofs', help='known-proof file (backend known)')
+    p.add_argument('--repl-cmd', help='the REPL command, shell-quoted (default: lake env $EI_REPL_BIN, repl)')
+    p.add_argument('--lean-cmd', help='the `lean --json` command, shell-quoted (default: lake env lean --json)')
     return p
 
 def verify_cli(argv:list[str]) -> dict:
@@ -575,10 +890,10 @@ def verify_cli(argv:list[str]) -> dict:
     samples = read_samples(a.samples)
     for s, (line, _) in zip(samples, iter_jsonl(a.samples)):
         if s['name'] not in problems: raise RecordError(a.samples, line, 'name', f"unknown problem {s['name']!r} (not in {a.problems})")
-    kw = {}
-    if a.mem_mb is not None and a.backend in ('repl', 'lean'): kw['mem_mb'] = a.mem_mb
-    if a.max_uses is not None and a.backend == 'repl': kw['max_uses'] = a.max_uses
-    cache = a.cache_dir or (None if a.backend == 'none' else Path(a.out).parent/'verdict_cache')
+    kw = {k: v for k, v in dict(mem_mb=a.mem_mb, max_uses=a.max_uses, header_timeout=a.header_timeout, stdout_mode=a.stdout_mode,
+                                known_proofs=a.known_proofs, repl_cmd=a.repl_cmd and shlex.split(a.repl_cmd),
+                                lean_cmd=a.lean_cmd and shlex.split(a.lean_cmd)).items() if v is not None}
+    cache = a.cache_dir or (None if a.backend in ('none', 'known') else Path(a.out).parent/'verdict_cache')
     counts, done, t0, last = {'n': len(samples), **dict.fromkeys(VERDICTS, 0)}, {}, time.time(), time.time()
     with make_verifier(a.backend, a.project, a.workers, a.timeout, a.endpoint, a.policy, cache, **kw) as v:
         for r in v.verify_stream((problems[s['name']], s) for s in samples):

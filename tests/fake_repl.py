@@ -1,29 +1,71 @@
 #!/usr/bin/env python3
 """A FAKE Lean REPL for fault-injection tests of `ei_nb.verify`. It runs no Lean and proves nothing.
 
-It speaks the Lean REPL protocol (JSON commands separated by blank lines; a command without `env`
-imports a header and returns a new `env`; a reply carries `env`, `messages`, `sorries`) and misbehaves
-on request, so the tests can prove that the process layer turns every fault into an `error` verdict.
+Its replies follow the recordings of the real REPL at tag v4.9.0-rc1 (leanprover-community/repl,
+`test/*.in` / `*.expected.out`, read for this file; `tests/data/repl_v4.9.0-rc1/` keeps a few):
+- commands are JSON objects separated by blank lines; a query whose text starts with `#` or `--` is
+  skipped; end of input ends the process (exit 0);
+- a reply is Lean's `Json.pretty` at width 80 with the keys of every object in reverse sorted order
+  (`sorries`, `messages`, `env`; a message `severity`, `pos`, `endPos`, `data`; a sorry
+  `proofState`, `pos`, `goal`, `endPos`), then an empty line;
+- `messages`/`sorries` appear only when non-empty; a message's `endPos` may be `null`;
+- `#print axioms` lists `sorryAx` whenever the proof had a sorry or an error;
+- `{"message": "Unknown environment."}` for an unknown `env`;
+- malformed JSON: an uncaught exception on stderr and exit 1 (no reply);
+- `--no-flush`: like the v4.9.0-rc1 binary, stdout is written only when its 4 KiB buffer fills or the
+  process ends, unless stdout is a terminal (C stdio line-buffers a tty) or `_STDBUF_O=L` is set (what
+  `stdbuf -oL` sets for libstdbuf).
 
-Directives are read from the command text (the verifier sends the proof verbatim, comments included):
+It misbehaves on request; directives are read from the command text (the verifier sends the proof verbatim):
   FAKE:hang        never answer                  FAKE:crash      exit(3) without answering
   FAKE:garbage     answer text that is not JSON  FAKE:partial    half a JSON object, then hang
   FAKE:flood       endless output, no blank line FAKE:leak       allocate memory until the limit kills it
   FAKE:slow=S      sleep S seconds, then answer  FAKE:badshape   `messages` is not a list
   FAKE:error       a Lean error message          FAKE:sorry      a sorry warning and a `sorries` entry
+  FAKE:sorry428    the sorry warning as v4.28 words it (backticks), no `sorries`
   FAKE:axiom=NAME  an extra axiom in the report  FAKE:noaxioms   no `#print axioms` report
-  FAKE:twoaxioms   two axiom reports             FAKE:replerror  a REPL-level {"message": ...} reply
+  FAKE:twoaxioms   an extra report printed on line 1 (what a candidate's own #print would add)
+  FAKE:qualified=P the report names P.NAME       FAKE:replerror  a REPL-level {"message": ...} reply
+  FAKE:nullend     a warning whose endPos is null FAKE:u2028     (lean mode) a message holding U+2028 and U+2029
 Otherwise the reply is a clean pass: one info message "'NAME' depends on axioms: [propext, ...]"
 on the line of `#print axioms NAME`.
 
 A header containing `import Broken` fails to import (an error message, as Lean reports it).
 Options: --log FILE (appends `start PID` and `cmd PID` lines), --header-delay S, --hang-on-header,
---die-after N (crash on the N-th proof), --lean (act as `lean --json FILE`, FILE the last argument).
+--die-after N (crash on the N-th proof), --no-flush, --lean (act as `lean --json FILE`, FILE the last argument).
 """
-import json, mmap, os, re, sys, time
+import itertools, json, mmap, os, re, sys, time
 
 AXIOMS = ['propext', 'Classical.choice', 'Quot.sound']
+WIDTH = 80
 
+# ---------------------------------------------------------------- Lean's Json.pretty
+def _flat(v):
+    if isinstance(v, dict): return '{' + ', '.join(f'{json.dumps(k, ensure_ascii=False)}: {_flat(x)}' for k, x in _items(v)) + '}'
+    if isinstance(v, list): return '[' + ', '.join(_flat(x) for x in v) + ']'
+    return json.dumps(v, ensure_ascii=False)
+
+def _items(d): return sorted(d.items(), key=lambda kv: kv[0], reverse=True)   # Lean's RBMap fold: reverse order
+
+def _render(v, col):
+    "Text of `v` starting at column `col`: flat if it fits in the line, else one member per line."
+    flat = _flat(v)
+    if len(flat) <= WIDTH - col or not isinstance(v, (dict, list)) or not v: return flat
+    inner = col + 1
+    if isinstance(v, list):
+        parts = [_render(x, inner) for x in v]
+        return '[' + (',\n' + ' ' * inner).join(parts) + ']'
+    parts = []
+    for k, x in _items(v):
+        key = json.dumps(k, ensure_ascii=False) + ':'
+        fx = _flat(x)
+        if len(key) + 1 + len(fx) <= WIDTH - inner: parts.append(f'{key} {fx}')
+        else: parts.append(key + '\n' + ' ' * inner + _render(x, inner))
+    return '{' + (',\n' + ' ' * inner).join(parts) + '}'
+
+def pretty(v) -> str: return _render(v, 0)
+
+# ---------------------------------------------------------------- replies
 def _axiom_line(text):
     for i, line in enumerate(text.split('\n'), 1):
         m = re.match(r'\s*#print\s+axioms\s+(\S+)', line)
@@ -33,8 +75,9 @@ def _axiom_line(text):
 def _line_of(text, what):
     return text[:text.index(what)].count('\n') + 1
 
-def _msg(severity, line, data):
-    return {'severity': severity, 'pos': {'line': line, 'column': 0}, 'endPos': {'line': line, 'column': 1}, 'data': data}
+def _msg(severity, line, data, col=0, end=1):
+    return {'severity': severity, 'pos': {'line': line, 'column': col},
+            'endPos': None if end is None else {'line': line, 'column': col + end}, 'data': data}
 
 def action(text):
     "The misbehaviour a command asks for, or None."
@@ -42,31 +85,49 @@ def action(text):
         if f'FAKE:{a}' in text: return a
     return None
 
-def reply_for(text, env=None):
+def reply_for(text, env=None, next_state=0):
     "The REPL reply (a dict) to a proof command with text `text` (no process-level faults)."
     m = re.search(r'FAKE:slow=([0-9.]+)', text)
     if m: time.sleep(float(m.group(1)))
     if 'FAKE:replerror' in text: return {'message': 'Unknown environment.'}
     if 'FAKE:badshape' in text: return {'env': env, 'messages': 'oops'}
     msgs, sorries = [], []
-    if 'FAKE:error' in text: msgs.append(_msg('error', _line_of(text, 'FAKE:error'), 'unsolved goals\n⊢ False'))
-    if 'FAKE:sorry' in text:
+    if 'FAKE:error' in text: msgs.append(_msg('error', _line_of(text, 'FAKE:error'), 'unsolved goals\n⊢ False', 2, 5))
+    if 'FAKE:nullend' in text: msgs.append(_msg('warning', _line_of(text, 'FAKE:nullend'), 'unused variable `h`', 2, None))
+    if 'FAKE:sorry428' in text:
+        msgs.append(_msg('warning', _line_of(text, 'FAKE:sorry428'), 'declaration uses `sorry`', 8, 10))
+    elif 'FAKE:sorry' in text:
         line = _line_of(text, 'FAKE:sorry')
-        msgs.append(_msg('warning', line, "declaration uses 'sorry'"))
-        sorries.append({'pos': {'line': line, 'column': 2}, 'endPos': {'line': line, 'column': 7}, 'goal': '⊢ False'})
+        msgs.append(_msg('warning', line, "declaration uses 'sorry'", 8, 10))
+        sorries.append({'proofState': next_state, 'pos': {'line': line, 'column': 2}, 'goal': '⊢ False', 'endPos': {'line': line, 'column': 7}})
     line, name = _axiom_line(text)
     if name and 'FAKE:noaxioms' not in text:
         extra = re.findall(r'FAKE:axiom=([\w.]+)', text)
-        report = f"'{name}' depends on axioms: [{', '.join(AXIOMS + extra)}]"
-        if 'FAKE:twoaxioms' in text: msgs.append(_msg('info', 1, f"'{name}' does not depend on any axioms"))
-        msgs.append(_msg('info', line, report))
+        tainted = ['sorryAx'] if any(x in text for x in ('FAKE:error', 'FAKE:sorry')) else []
+        q = re.search(r'FAKE:qualified=([\w.]+)', text)
+        shown = f'{q.group(1)}.{name}' if q else name
+        if 'FAKE:twoaxioms' in text: msgs.insert(0, _msg('info', 1, f"'{name}' does not depend on any axioms", 0, 6))
+        msgs.append(_msg('info', line, f"'{shown}' depends on axioms: [{', '.join(AXIOMS + extra + tainted)}]", 0, 6))
     reply = {'env': env} if env is not None else {}
     if msgs: reply['messages'] = msgs
     if sorries: reply['sorries'] = sorries
     return reply
 
+# ---------------------------------------------------------------- output, buffered like C stdio when asked
+class Out:
+    "stdout; with `no_flush`, block-buffered like glibc on a pipe (line-buffered on a tty or with _STDBUF_O=L)."
+    def __init__(self, no_flush):
+        self.line_mode = not no_flush or os.isatty(1) or os.environ.get('_STDBUF_O') == 'L'
+        self.buf = bytearray()
+    def write(self, data:bytes):
+        self.buf += data
+        if self.line_mode: self.flush()
+        elif len(self.buf) >= 4096: os.write(1, bytes(self.buf[:4096])); del self.buf[:4096]
+    def flush(self):
+        while self.buf: del self.buf[:os.write(1, bytes(self.buf))]
+
 def misbehave(a, out):
-    "Carry out a process-level fault `a`, writing to the binary stream `out`."
+    "Carry out a process-level fault `a`."
     if a == 'hang':
         while True: time.sleep(3600)
     if a == 'crash':
@@ -91,19 +152,24 @@ def _opt(argv, name, default=None, cast=str):
     return cast(argv[argv.index(name) + 1]) if name in argv else default
 
 def lean_main(argv):
-    "Act as `lean --json FILE`: one JSON message per line, exit 1 when there is an error."
+    "Act as `lean --json FILE`: one compact JSON message per line (severity `information`), exit 1 on an error."
     path = argv[-1]
     _log(_opt(argv, '--log'), 'lean')
     text = open(path, encoding='utf-8').read()
+    out = Out(False)
+    def emit(m):
+        m = {'fileName': path, **m, 'caption': '', 'keepFullRange': False}
+        out.write((json.dumps(m, ensure_ascii=False) + '\n').encode())
     if 'import Broken' in text:
-        print(json.dumps(_msg('error', 1, "unknown package 'Broken'"))); return 1
+        emit(_msg('error', 1, "unknown package 'Broken'")); return 1
     a = action(text)
-    if a: misbehave(a, sys.stdout.buffer)
+    if a: misbehave(a, out)
     reply = reply_for(text)
-    if 'message' in reply: print('not json: ' + reply['message']); return 0
+    if 'message' in reply: out.write(('not json: ' + reply['message'] + '\n').encode()); return 0
     msgs = reply.get('messages', [])
-    if not isinstance(msgs, list): print('garbage'); return 0
-    for m in msgs: print(json.dumps(m, ensure_ascii=False))
+    if not isinstance(msgs, list): out.write(b'garbage\n'); return 0
+    if 'FAKE:u2028' in text: msgs.insert(0, _msg('info', 1, 'line\u2028separator and paragraph\u2029separator'))
+    for m in msgs: emit({**m, 'severity': 'information' if m['severity'] == 'info' else m['severity']})
     return 1 if any(m['severity'] == 'error' for m in msgs) else 0
 
 def main(argv):
@@ -111,14 +177,18 @@ def main(argv):
     log, delay = _opt(argv, '--log'), _opt(argv, '--header-delay', 0.0, float)
     die_after = _opt(argv, '--die-after', 0, int)
     _log(log, 'start')
-    out, n_env, n_proofs, block = sys.stdout.buffer, 0, 0, []
-    for line in sys.stdin:
-        if line.strip(): block.append(line); continue
-        if not block: continue
-        text, block = ''.join(block), []
-        try: cmd = json.loads(text)
-        except ValueError: reply = {'message': 'Could not parse JSON'}
-        else:
+    out, n_env, n_proofs, n_states, block = Out('--no-flush' in argv), 0, 0, 0, []
+    try:
+        for line in itertools.chain(sys.stdin, ['\n']):      # end of input ends the last command too
+            if line.strip(): block.append(line); continue
+            if not block: continue
+            text, block = ''.join(block), []
+            if text.startswith('#') or text.startswith('--'): continue
+            try: cmd = json.loads(text)
+            except ValueError as e:   # the real REPL throws from `parse`: uncaught, no reply, exit 1
+                out.flush()
+                sys.stderr.write('uncaught exception: ' + json.dumps({'message': f'Could not parse as a valid JSON command:\n{e}'}) + '\n')
+                return 1
             _log(log, 'cmd')
             if 'env' not in cmd:
                 if '--hang-on-header' in argv: misbehave('hang', out)
@@ -133,9 +203,12 @@ def main(argv):
                 a = action(cmd.get('cmd', ''))
                 if a: misbehave(a, out)
                 if a == 'garbage': continue
-                reply = reply_for(cmd.get('cmd', ''), n_env)
+                reply = reply_for(cmd.get('cmd', ''), n_env, n_states)
+                n_states += len(reply.get('sorries', [])) if isinstance(reply.get('sorries'), list) else 0
                 n_env += 1
-        out.write((json.dumps(reply, indent=2, ensure_ascii=False) + '\n\n').encode()); out.flush()
+            out.write((pretty(reply) + '\n\n').encode())
+    finally:
+        out.flush()
     return 0
 
 if __name__ == '__main__': sys.exit(main(sys.argv[1:]))

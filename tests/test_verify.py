@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ei_nb.cli import main as ei_main
-from ei_nb.core import BadInput, RecordError, check_record, read_verdicts, shared_data
+from ei_nb.core import BadInput, RecordError, StageFailed, check_record, read_verdicts, shared_data
 from ei_nb.verify import (DEFAULT_POLICY, RULES, LeanError, cache_key, extract_code, judge, load_policy, make_verifier,
                           precheck, split_code, verify_cli)
 from tests import fake_repl
@@ -82,11 +82,36 @@ CHEATS = [  # (id, problem name, code, rule that must reject it)
     ('def shadowing', N, H + 'def sqrt (x : ℝ) : ℝ := 0\n' + S + P, 'definition'),
     ('abbrev', N, H + 'abbrev K := ℕ\n' + S + P, 'definition'),
     ('variable adds a hypothesis', N, H + 'variable (h : False)\n' + S + '  exact h.elim', 'scope'),
-    ('open ... in', N, H + 'open Complex in\n' + S + P, 'scope'),
-    ('namespace', N, H + 'namespace X\n' + S + P + '\nend X', 'scope'),
+    ('open ... in before the theorem', N, H + 'open Complex in\n' + S + P, 'open'),
+    ('open after a helper, before the theorem', N, H + 'lemma h : True := trivial\nopen Complex\n' + S + P, 'open'),
+    ('open hiding', N, H + S + P + '\nopen Real hiding sqrt\n', 'open'),
+    ('theorem inside a namespace', N, H + 'namespace X\n' + S + P + '\nend X', 'namespace'),
+    ('indented namespace', N, H + 'lemma h : True := by\n  trivial\n  namespace X\n' + S + P, 'scope'),
     ('late import', N, H + 'theorem helper : True := trivial\nimport Mathlib.Tactic\n' + S + P, 'import'),
-    ('raw string', N, H + S + '  have : r"\\" = r"\\" := rfl\n' + P, 'lexer'),
-    ('quoted name', N, H + S.replace(N, f'«{N}»') + P, 'lexer'),
+    ('unterminated comment', N, H + S + P + '\n/- never closed', 'lexer'),
+    ('unterminated string', N, H + S + '  have := "abc\n' + P, 'lexer'),
+    ('quoted name (Lean reads the same name; the text check does not)', N, H + S.replace(N, f'«{N}»') + P, 'statement'),
+    # Lean's comment rule: after `/-` one character is skipped, so `/-/-` is ONE opener (a nesting lexer hid the axiom)
+    ('axiom hidden by the /-/- rule', N, H + '/-/- -/\naxiom cheat : ∀ y : ℂ, 7 * (3 * y + 2) = 21 * y + 14\n-- -/\n' + S + '  exact cheat y', 'axiom'),
+    ('hypothesis hidden by the /-/- rule', N, H + S.replace('(y : ℂ)', '(y : ℂ) /-/- -/ (hf : False) -- -/') + '  exact hf.elim', 'statement'),
+    ('instance hidden by the /-/- rule', N, H + '/-/- -/ local instance : Mul ℂ := ⟨fun a _ => a⟩ -- -/\n' + S + P, 'instance'),
+    ('decoy statement in a /-/- comment', N, H + '/-/- -/ theorem mathd_algebra_182 (y : ℂ) : True := trivial -- -/\n' + S + P, 'statement'),
+    ('sorry in an interpolated string', N, H + S + '  have := s!"{(sorry : ℕ)}"\n' + P, 'sorry'),
+    ('sorry in m! after a comment', N, H + S + '  have := m! /- c -/ "{(sorry : ℕ)}"\n' + P, 'sorry'),
+    ('stop', N, H + S + '  stop\n' + P, 'sorry'),
+    ('decide +native', B['name'], H + SB + '  decide +native', 'native_decide'),
+    ('bv_decide', B['name'], H + SB + '  bv_decide', 'native_decide'),
+    ('Lean.trustCompiler', N, H + S + '  exact absurd Lean.trustCompiler id', 'native_decide'),
+    ('simproc', N, H + 'simproc cheat (foo _) := fun _ => pure none\n' + S + P, 'metaprogram'),
+    ('dsimproc', N, H + 'dsimproc cheat (foo _) := fun _ => pure none\n' + S + P, 'metaprogram'),
+    ('variables (Mathlib)', N, H + 'variables (h : False)\n' + S + '  exact h.elim', 'scope'),
+    ('variable?', N, H + 'variable? [Mul ℂ]\n' + S + P, 'scope'),
+    ('variable!', N, H + 'variable! (h : False)\n' + S + P, 'scope'),
+    ('unlisted command (deny by default)', N, H + 'suppress_compilation\n' + S + P, 'toplevel'),
+    ('indented theorem', N, H + S + P + '\n  theorem x : True := trivial', 'toplevel'),
+    ('set_option in before the theorem', N, H + 'set_option autoImplicit true in\n' + S + P, 'set_option'),
+    ('#print axioms not trailing', N, H + S + P + '\n#print axioms mathd_algebra_182\ntheorem x : True := trivial', 'hash_command'),
+    ('#print axioms of another name', N, H + S + P + '\n#print axioms Nat.add_comm', 'hash_command'),
     ('extra hypothesis', N, H + S.replace('(y : ℂ)', '(y : ℂ) (hf : False)') + '  exact hf.elim', 'statement'),
     ('changed type', N, H + S.replace('(y : ℂ)', '(y : ℕ)') + P, 'statement'),
     ('changed conclusion', N, H + S.replace('21 * y + 14', '7 * (3 * y + 2)') + '  rfl', 'statement'),
@@ -108,6 +133,15 @@ LEGIT = [  # (id, problem name, completion)
     ('CRLF line endings', N, fence((H + S + P).replace('\n', '\r\n'))),
     ('a draft with sorry, then the final proof', N, '```lean4\n' + S + '  sorry\n```\nNow properly:\n' + fence(H + S + P)),
     ('docstring before the theorem', N, fence(H + '/-- Expand 7(3y+2). -/\n' + S + P)),
+    ('trailing #print axioms of the theorem', N, fence(H + S + P + f'\n\n#print axioms {N}\n')),
+    ('set_option tactic.hygienic false', N, fence(H + 'set_option tactic.hygienic false\n' + S + P)),
+    ('set_option ... in before the theorem', N, fence(H + 'set_option maxHeartbeats 400000 in\n' + S + P)),
+    ('term-mode proof', N, fence(H + S.replace(':= by', ':=') + '  (by ring)')),
+    ('open Foo in before a helper', N, fence(H + 'open Real in\nlemma helper (y : ℂ) : 7 * (3 * y + 2) = 21 * y + 14 := by ring\n\n' + S + '  exact helper y')),
+    ('namespace around a helper', N, fence(H + 'namespace Foo\nlemma helper : True := trivial\nend Foo\n\n' + S + P)),
+    ('open after the theorem', N, fence(H + S + P + '\nopen Complex\n')),
+    ('open ... in inside the proof', N, fence(H + S + '  open Real in\n' + P)),
+    ('raw string and «name» in a proof', N, fence(H + S + '  have : r"\\" = r#"\\"# := rfl\n  have «my h» : True := trivial\n' + P)),
     ('statement reflowed over lines', C['name'], fence(few_shot_code(C).replace('(k x : ℝ) (h₀', '(k x : ℝ)\n    (h₀'))),
 ]
 
@@ -128,6 +162,13 @@ def test_table_sizes():
 def test_all_few_shot_proofs_pass_precheck():
     bad = [(r['name'], precheck(extract_code(fence(few_shot_code(r))), MINIF2F[r['name']])) for r in FEW_SHOT]
     assert len(FEW_SHOT) == 67 and [b for b in bad if b[1]] == []
+
+def test_lean_workbook_proofs_pass_with_their_own_statements():
+    from ei_nb.demo import workbook_problems
+    rows = workbook_problems()
+    assert len(rows) == 100
+    assert [(p['name'], precheck(p['header'] + p['formal_statement'] + proof, p)) for p, proof, _ in rows
+            if precheck(p['header'] + p['formal_statement'] + proof, p)] == []
 
 def test_dsv2_solutions_429_pass_9_unfaithful():
     res = [(r, precheck(extract_code(fence(r['full_code'])), MINIF2F[r['name']])) for r in DSV2]
@@ -203,7 +244,7 @@ def test_ei_console_script(tmp_path):
 def test_make_verifier_rejects_bad_settings(tmp_path):
     with pytest.raises(BadInput, match='unknown backend'): make_verifier('lean5')
     with pytest.raises(BadInput, match='needs --project'): make_verifier('repl', project=tmp_path/'missing')
-    with pytest.raises(BadInput, match='unknown options'): make_verifier('repl', project=tmp_path, repl_cmdd=['x'])
+    with pytest.raises(BadInput, match="unknown setting 'repl_cmdd'"): make_verifier('repl', project=tmp_path, repl_cmdd=['x'])
     with pytest.raises(BadInput, match='endpoint'): make_verifier('server')
 
 def test_judge_rejects_fake_report_and_bad_axioms():
@@ -240,7 +281,8 @@ def _fake_repl(project, tmp_path, *args, timeout=1.0, workers=1, **kw):
 FAULTS = {'hang': 'timeout', 'crash': 'crashed', 'garbage': 'malformed reply', 'partial': 'timeout',
           'flood': 'reply over', 'leak': 'crashed', 'badshape': 'malformed reply', 'replerror': 'repl:'}
 LEAN_FAILS = {'error': 'lean error', 'sorry': 'lean sorry', 'axiom=sorryAx': 'uses sorryAx',
-              'axiom=Lean.ofReduceBool': 'uses Lean.ofReduceBool', 'noaxioms': 'no report', 'twoaxioms': '2 reports'}
+              'axiom=Lean.ofReduceBool': 'uses Lean.ofReduceBool', 'axiom=Lean.trustCompiler': 'uses Lean.trustCompiler',
+              'noaxioms': 'no report', 'sorry428': 'lean sorry'}
 
 class TestFaultInjection:
     "FAULT-INJECTION: the REPL pool against tests/fake_repl.py. These run no Lean."
@@ -293,10 +335,18 @@ class TestFaultInjection:
         assert [r['verdict'] for r in res] == ['pass', 'pass', 'error', 'pass', 'pass', 'error']
         assert _log(log)['start'] == 2          # the fake's proof counter restarts with the process
 
-    def test_header_hang_and_broken_header_are_errors(self, project, tmp_path):
-        v, _ = _fake_repl(project, tmp_path, '--hang-on-header', header_timeout=0.5)
-        with v: r = v.verify_one(*_proof())
-        assert r['verdict'] == 'error' and 'timeout' in r['reason']
+    @pytest.mark.parametrize('directive', ['FAKE:twoaxioms', 'FAKE:qualified=Foo', 'FAKE:nullend'])
+    def test_reports_elsewhere_qualified_names_and_null_endpos(self, directive, project, tmp_path):
+        # a report printed at another line is never read (ours is matched by position); `'Foo.t'` names t
+        v, _ = _fake_repl(project, tmp_path)
+        with v: r = v.verify_one(*_proof(directive))
+        assert r['verdict'] == 'pass', r
+
+    def test_header_hang_stops_the_run_and_broken_header_is_an_error(self, project, tmp_path):
+        v, log = _fake_repl(project, tmp_path, '--hang-on-header', header_timeout=0.5, workers=2)
+        with v, pytest.raises(StageFailed, match='4fc1e6d'):
+            list(v.verify_stream(_proof('', i) for i in range(6)))
+        assert _log(log)['cmd'] <= 2            # one header attempt per worker, then the run stops
         v, _ = _fake_repl(project, tmp_path)
         broken = {**MINIF2F[N], 'header': 'import Broken\n\n'}
         with v: r = v.verify_one(broken, _proof()[1])
@@ -408,7 +458,7 @@ class TestFaultInjectionLeanBackend:
         ('', 'pass', None), ('FAKE:error', 'fail', 'lean error'), ('FAKE:sorry', 'fail', 'lean sorry'),
         ('FAKE:axiom=sorryAx', 'fail', 'sorryAx'), ('FAKE:hang', 'error', 'timeout'), ('FAKE:crash', 'error', 'crashed'),
         ('FAKE:garbage', 'error', 'malformed output'), ('FAKE:leak', 'error', 'exit 1 without an error'),
-        ('FAKE:replerror', 'error', 'malformed output')])
+        ('FAKE:replerror', 'error', 'malformed output'), ('FAKE:u2028', 'pass', None), ('FAKE:sorry428', 'fail', 'lean sorry')])
     def test_lean_backend(self, directive, verdict, why, project, tmp_path):
         v = make_verifier('lean', project=project, timeout=1, mem_mb=256, lean_cmd=[sys.executable, FAKE, '--lean'])
         with v: r = v.verify_one(*_proof(directive))
@@ -422,28 +472,35 @@ class TestFaultInjectionLeanBackend:
 
 # ---------------------------------------------------------------- a fake kimina-lean-server on 127.0.0.1
 class _Kimina(http.server.BaseHTTPRequestHandler):
-    mode, hits, keys = 'ok', None, None
+    # as kimina-lean-server: `Authorization: Bearer KEY`, an integer `timeout` (else 422), 429 while no REPL is free,
+    # and the REPL runs the text after the leading `import`/blank lines (positions count from there)
+    mode, hits, keys, busy = 'ok', None, None, 0
     def log_message(self, *a): pass
     def do_POST(self):
         type(self).hits.append(self.server.server_port)
-        type(self).keys.append(self.headers.get('X-Auth-Token'))
+        auth = self.headers.get('Authorization')
+        type(self).keys.append(auth.removeprefix('Bearer ') if auth else None)
         body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
         if self.mode == 'http500': self.send_response(500); self.end_headers(); return
         if self.path != '/verify': self.send_response(404); self.end_headers(); return
+        if not isinstance(body.get('timeout'), int): self.send_response(422); self.end_headers(); return
+        if type(self).busy: type(self).busy -= 1; self.send_response(429); self.end_headers(); return
         results = []
         for c in body['codes']:
             a = fake_repl.action(c['proof'])
             if a == 'hang': time.sleep(3)
             if a == 'garbage' or self.mode == 'garbage': out = b'<html>oops</html>'; break
             if a == 'crash': results.append({'custom_id': c['custom_id'], 'error': f"Lean REPL command timed out in {body['timeout']} seconds", 'response': None}); continue
-            results.append({'custom_id': c['custom_id'], 'error': None, 'response': fake_repl.reply_for(c['proof'], 1)})
+            lines = c['proof'].split('\n')
+            lead = next(k for k, l in enumerate(lines) if l.strip() and not l.strip().startswith('import '))
+            results.append({'custom_id': c['custom_id'], 'error': None, 'response': fake_repl.reply_for('\n'.join(lines[lead:]), 1)})
         else: out = json.dumps({'results': results}).encode()
         self.send_response(200); self.send_header('Content-Type', 'application/json'); self.send_header('Content-Length', str(len(out)))
         self.end_headers(); self.wfile.write(out)
 
 @contextlib.contextmanager
-def kimina(n=2, mode='ok'):
-    handler = type('H', (_Kimina,), {'mode': mode, 'hits': [], 'keys': []})
+def kimina(n=2, mode='ok', busy=0):
+    handler = type('H', (_Kimina,), {'mode': mode, 'hits': [], 'keys': [], 'busy': busy})
     servers = [http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler) for _ in range(n)]
     for s in servers: threading.Thread(target=s.serve_forever, daemon=True).start()
     try: yield [f'http://127.0.0.1:{s.server_port}' for s in servers], handler
@@ -479,6 +536,16 @@ class TestFaultInjectionServer:
         with kimina(1, mode) as (urls, h), make_verifier('server', endpoints=urls, timeout=5) as v:
             r = v.verify_one(*_proof())
         assert r['verdict'] == 'error', r
+
+    def test_busy_server_is_retried_with_backoff_then_an_error(self):
+        with kimina(1, busy=2) as (urls, h), make_verifier('server', endpoints=urls, timeout=2.5, busy_retries=3) as v:
+            v.backend.busy_backoff = 0.05
+            r = v.verify_one(*_proof())
+        assert r['verdict'] == 'pass' and len(h.hits) == 3, r          # two 429s, then the answer; 2.5 s sent as 3
+        with kimina(1, busy=99) as (urls, h), make_verifier('server', endpoints=urls, timeout=2, busy_retries=2) as v:
+            v.backend.busy_backoff = 0.05
+            r = v.verify_one(*_proof())
+        assert r['verdict'] == 'error' and 'HTTP 429' in r['reason'] and len(h.hits) == 3, r
 
     def test_client_timeout_is_an_error(self):
         with kimina(1) as (urls, h), make_verifier('server', endpoints=urls, timeout=0.3, margin=0.2) as v:
