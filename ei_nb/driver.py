@@ -19,7 +19,8 @@ __all__ = ['WIRING', 'WIRED', 'DRIVER_KEYS', 'STAGE_DRIVER_KEYS', 'notebook_path
            'print_plan', 'run_lock', 'check_kernel', 'run_cli']
 
 # %% ../nbs/driver.ipynb #1e65b712
-_VERIFY = {'verify_backend': 'verify_backend', 'lean_project': 'lean_project', 'workers': 'workers', 'timeout': 'timeout'}
+_VERIFY = {'verify_backend': 'verify_backend', 'lean_project': 'lean_project', 'workers': 'workers', 'timeout': 'timeout',
+           'known_proofs': 'known_proofs'}
 WIRING = {
     'demo': {'out_dir': 'demo_dir', 'prompt_style': 'prompt_style'},
     '00_select': {'pool_path': 'pool', 'results_path': 'measurement', 'protected_paths': 'excluded', 'out_dir': 'round_dir'},
@@ -147,8 +148,8 @@ def _check_choices(path:Path, cfg:dict):
     "The driver's keys that take one of a few values."
     if cfg['stage_driver']['03_average']['anchor'] not in ('original', 'previous'):
         raise BadInput(f"{path}: average.anchor must be 'original' or 'previous'")
-    if cfg['verify']['backend'] not in ('auto', 'known', 'none', 'repl', 'lean', 'server'):
-        raise BadInput(f"{path}: verify.backend {cfg['verify']['backend']!r}: use auto, known, none, repl, lean or server")
+    if cfg['verify']['backend'] not in ('auto', 'known', 'none', 'repl', 'lean', 'server') and ':' not in cfg['verify']['backend']:
+        raise BadInput(f"{path}: verify.backend {cfg['verify']['backend']!r}: use auto, known, none, repl, lean, server or package.module:factory")
     if cfg['run']['prompt_style'] not in ('chat', 'completion'): raise BadInput(f"{path}: run.prompt_style must be chat or completion")
     if not (cfg['run']['name'] or cfg['run']['run_dir']): raise BadInput(f'{path}: set run.name (or run.run_dir)')
 
@@ -220,7 +221,6 @@ def _child_main(job_path=None):
     if os.getppid() != job['driver_pid']: sys.exit(1)
     nb = nbformat.read(job['input'], as_version=4)
     pre = [nbformat.v4.new_markdown_cell(job['banner'], metadata={'tags': ['ei-driver']})]
-    if job.get('setup'): pre.append(nbformat.v4.new_code_cell(job['setup'], metadata={'tags': ['ei-driver']}))
     i = next((k + 1 for k, c in enumerate(nb.cells) if c.cell_type == 'markdown'), 0)
     nb.cells[i:i] = pre
     nb.metadata['kernelspec'] = {'name': job['kernel'], 'display_name': job['kernel'], 'language': 'python'}
@@ -263,13 +263,13 @@ def _stop(proc, tag:str, grace:float=20.0):
         proc.wait()
     kill_strays(tag)
 
-def execute(stage_nb, out_nb, parameters:dict, cwd, tag:str, banner:str, setup:str='', kernel:str='python3',
+def execute(stage_nb, out_nb, parameters:dict, cwd, tag:str, banner:str, kernel:str='python3',
             timeout:int|None=None, env:dict|None=None, log_path=None) -> dict:
     "Run one notebook in a child process; the outcome dict; `KeyboardInterrupt` stops the child and re-raises."
     out_nb, work = Path(out_nb), Path(out_nb).parent/'.partial'
     work.mkdir(parents=True, exist_ok=True)
     job = {'input': str(stage_nb), 'output': str(work/out_nb.name), 'parameters': parameters, 'cwd': str(cwd), 'kernel': kernel,
-           'timeout': timeout, 'banner': banner, 'setup': setup, 'result': str(work/f'{out_nb.stem}.result.json'),
+           'timeout': timeout, 'banner': banner, 'result': str(work/f'{out_nb.stem}.result.json'),
            'driver_pid': os.getpid()}
     Path(job['result']).unlink(missing_ok=True)
     atomic_write_json(work/f'{out_nb.stem}.job.json', job)
@@ -428,7 +428,7 @@ class Run:
             'eval_dir': lambda: R.eval_dir,
             'scores': lambda: list(scores) if scores is not None else '<S_1..S_r>', 'data_stop_reason': lambda: data_stop_reason,
             'S_0': lambda: getattr(self, 'S0', '<S_0>'),
-            **{k: (lambda k=k: self.verifier()[k]) for k in _VERIFY}}
+            **{k: (lambda k=k: self.verifier_params()[k]) for k in _VERIFY}}
 
     def params(self, rnd:int, stage:str, scores=None, data_stop_reason:str='') -> dict:
         "The parameters papermill injects into `stage` of round `rnd`: its config section and its wired values."
@@ -470,7 +470,7 @@ class Run:
         self.log(f'ei run: {where(rnd, stage)} -> {R.notebook(stage).relative_to(self.run_dir.parent)} (ETA {self.eta_text(rnd, stage)})')
         t0 = time.time()
         res = execute(notebook_path(stage, self.nbs), R.notebook(stage), params, R.dir, self.tag, self.banner(rnd, stage, chain),
-                      self.setup_code(stage), self.cfg['run']['kernel'], self.cfg['run']['cell_timeout'],
+                      self.cfg['run']['kernel'], self.cfg['run']['cell_timeout'],
                       {k: str(v) for k, v in self.cfg['run']['env'].items()}, R.partial/f'{stage}.log')
         outputs = sorted({p.name for p in root.iterdir()} - before - {'.partial', 'stages'})
         return res, round(time.time() - t0, 3), outputs
@@ -517,7 +517,7 @@ class Run:
         params, inputs = portable(self.input_params(), self.run_dir), portable(inputs | {'protected': [fingerprint(f) for f in p['protected']]}, self.run_dir)
         if (m := finished(L, 0, 'inputs', params, inputs, self.prev)):
             self.prev = m['chain']; return m
-        if self.verifier()['verify_backend'] == 'known' and not self.cfg['demo']:
+        if self.verifier().backend == 'known' and not self.cfg['demo']:
             from ei_nb.demo import known_good_proofs
             write_records(self.known_proofs(), known_good_proofs())
         write_records(L.pool, checked['pool'], 'problem'); write_records(L.scored, checked['scored'], 'problem')
@@ -537,29 +537,30 @@ class Run:
         self.step(0, '04_eval')
         return self.headline(0, '04_eval')['solved'], self.layout.round(0).eval_verdicts
 
-    # -- the verifier (until verifier back-ends are plug-ins: see `setup_code`)
-    def verifier(self) -> dict:
-        "The verifier parameters shared by sampling and evaluation ('auto' resolved)."
+    # -- the verifier shared by sampling and evaluation
+    def verifier(self) -> 'VerifierSettings':
+        "The run's `VerifierSettings` ('auto' resolved: lean when `lean` and a Mathlib project exist, else known)."
+        from ei_nb.verify import VerifierSettings
         v, project = self.cfg['verify'], self.paths['lean_project']
         backend = v['backend']
         if backend == 'auto': backend = 'lean' if shutil.which('lean') and project and Path(project).is_dir() else 'known'
-        return {'verify_backend': backend, 'lean_project': project if backend in ('lean', 'repl') else '',
-                'workers': v['workers'], 'timeout': v['timeout']}
+        return VerifierSettings(backend=backend, project=project if backend in ('lean', 'repl') else None, workers=v['workers'] or None,
+                                timeout=v['timeout'], known_proofs=str(self.known_proofs()) if backend == 'known' else None)
+
+    def verifier_params(self) -> dict:
+        "The run's verifier as the stage notebooks' parameters."
+        s = self.verifier()
+        return {'verify_backend': s.backend, 'lean_project': s.project or '', 'workers': s.workers or 0, 'timeout': s.timeout,
+                'known_proofs': s.known_proofs or ''}
 
     def known_proofs(self) -> Path: return self.layout.known_proofs(self.cfg['demo'])
-
-    def setup_code(self, stage:str) -> str:
-        if stage not in ('01_sample_verify', '04_eval') or self.verifier()['verify_backend'] != 'known': return ''
-        return ("# Injected by `ei run`: verifier backend 'known' (no Lean ran). A proof passes only if it is identical,\n"
-                "# after whitespace normalisation, to a proof Lean already accepted; see nbs/demo.ipynb.\n"
-                f"from ei_nb.demo import use_known_proofs\nuse_known_proofs({str(self.known_proofs())!r})")
 
     def banner(self, rnd:int, stage:str, chain:str) -> str:
         "The markdown cell the executed notebook opens with: which run, round, stage and chain, and how it verifies."
         text = (f"**Executed by `ei run`** — run `{self.run_dir.name}`, {'the final report' if rnd == FINAL else f'round {rnd}'}, "
                 f"stage `{stage}`, chain `{chain[:16]}`. The driver's parameters are in the cell tagged `injected-parameters`; "
                 f"its marker is `{self.layout.relative(self.layout.round(rnd).marker(stage))}`.")
-        v = self.verifier()['verify_backend']
+        v = self.verifier().backend
         if self.cfg['demo'] or v == 'known':
             from ei_nb.demo import DEMO_NOTICE
             text += '\n\n' + ('**CPU demo.** ' if self.cfg['demo'] else '') + (DEMO_NOTICE if v == 'known' else
@@ -610,7 +611,7 @@ class Run:
                'decision': dec, 'best_round': (dec or {}).get('best_round'), 'paths': paths,
                'base_model': L.relative(self.paths['base_model']),
                'seeds': {SECTIONS[s]: st[s].get('seed') for s in ('00_select', '01_sample_verify', '02_sft', '04_eval')},
-               'verifier': self.verifier(), 'versions': versions(), 'stages': stages,
+               'verifier': self.verifier_params(), 'versions': versions(), 'stages': stages,
                'wall_s': {s: v.get('wall_s') for s, v in stages.items()}, 'config': self.cfg['source']}
         if (dec or {}).get('best_note'): man['best_note'] = dec['best_note']
         atomic_write_json(R.manifest, man)

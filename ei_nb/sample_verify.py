@@ -8,7 +8,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 from .core import BadInput, atomic_write_json, read_problems, read_samples, read_verdicts
-from .sample import POOL_CAP, SampleParams, make_sampler, open_verifier, run_pipeline
+from .sample import POOL_CAP, SampleParams, make_sampler, open_verifier, run_pipeline, verifier_of
 from .eval import problem_counts, plot_pass_counts
 
 # %% auto #0
@@ -21,7 +21,7 @@ def sample_and_verify(problems:list[dict], # the problems to sample
                       params:SampleParams, # n, temperature, top_p, max_new_tokens, seed
                       round_idx:int, # the `round` of the records
                       sampler:str='transformers', sampler_options:dict|None=None,
-                      verifier:dict|None=None, # `open_verifier` keywords: backend, project, workers, timeout, endpoints, policy, cache_dir
+                      verifier=None, # `ei_nb.verify.VerifierSettings` (None: no verifier)
                       prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5,
                       prefill=None, # (samples, verdicts) of an earlier sampling to reuse
                       settings:dict|None=None, # what a resume must not change (kept beside the samples)
@@ -30,7 +30,7 @@ def sample_and_verify(problems:list[dict], # the problems to sample
     t0 = time.perf_counter()
     smp = make_sampler(sampler, model_dir, **(sampler_options or {}))
     load_s = time.perf_counter() - t0
-    with open_verifier(**(verifier or {'backend': None})) as ver:
+    with open_verifier(verifier) as ver:
         stats = run_pipeline(problems, smp, samples_path, params, round_idx, ver, verdicts_path, prompt_style, chunk_problems,
                              max_prompt_frac, prefill, settings=settings, log=log, progress=progress)
     return stats | {'timings': {'load_s': round(load_s, 3), **stats['timings']}}
@@ -45,6 +45,7 @@ def run_sample_verify(problems_path, # the selected problems (selected.jsonl)
                       endpoints=None, policy=None, cache_dir=None,
                       prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5,
                       seed_samples_path=None, seed_verdicts_path=None, # an earlier sampling of this model to reuse
+                      known_proofs=None, # the known-proof file of the `known` back-end
                       log=print, progress:bool|None=None) -> dict:
     "Sample and verify the selected problems into `out_dir`; returns what `sample_verify.json` holds."
     if bool(seed_samples_path) != bool(seed_verdicts_path): raise BadInput('seed samples and seed verdicts go together')
@@ -54,8 +55,8 @@ def run_sample_verify(problems_path, # the selected problems (selected.jsonl)
     verifier = {'verify_backend': verify_backend, 'lean_project': str(lean_project) if lean_project else None,
                 'timeout': timeout, 'policy': policy}
     stats = sample_and_verify(problems, model_dir, out_dir/'samples.jsonl', out_dir/'verdicts.jsonl', params, round_idx, sampler,
-                              sampler_options, dict(backend=verify_backend, project=lean_project, workers=workers, timeout=timeout,
-                                                    endpoints=endpoints, policy=policy, cache_dir=cache_dir),
+                              sampler_options, verifier_of(verify_backend, lean_project, workers, timeout, endpoints, policy, cache_dir,
+                                                           known_proofs),
                               prompt_style, chunk_problems, max_prompt_frac, prefill,
                               {'model': str(Path(model_dir).resolve()), **verifier, 'seed_samples': str(seed_samples_path or '')},
                               log=log, progress=progress)
