@@ -114,39 +114,32 @@ def synthetic_model(out_dir, # folder to create
     return out
 
 # %% ../nbs/confirm.ipynb #ad556680
-_BASE_KEYS = ('base_model', 'anchor_model', 'start_model', 'model')
+from .layout import RunLayout
 
 def _json_or_none(path) -> dict|None:
     try: return json.loads(Path(path).read_text())
     except (FileNotFoundError, json.JSONDecodeError, NotADirectoryError): return None
 
-def _first_key(d:dict|None, keys, base:Path) -> str|None:
-    if not isinstance(d, dict): return None
-    for k in keys:
-        v = d.get(k)
-        if isinstance(v, dict): v = v.get('path') or v.get('dir')
-        if isinstance(v, str) and v: return str(base/v) if not Path(v).is_absolute() and (base/v).exists() else v
-    return None
+def _base_model(L:RunLayout, manifest:dict|None) -> str|None:
+    "The run's base model: as its round manifest records it, else as its run config (`run.json`) does."
+    cfg_paths = ((_json_or_none(L.run_json) or {}).get('config') or {}).get('paths') or {}
+    v = (manifest or {}).get('base_model') or cfg_paths.get('base_model')
+    return str(L.resolve(v)) if v else None
 
-def _round_model(run_dir:Path, manifest:dict) -> str|None:
-    r = manifest.get('best_round')
+def _round_model(L:RunLayout, manifest:dict|None) -> str|None:
+    "The model of the manifest's best round where `RunLayout` puts it (round 0: the base model); None if absent."
+    r = (manifest or {}).get('best_round')
     if r is None: return None
-    models = manifest.get('models') or manifest.get('model_paths') or {}
-    if isinstance(models, dict) and models.get(str(r)): return _first_key({'m': models[str(r)]}, ('m',), run_dir)
-    for cand in (run_dir/f'round_{int(r):02d}'/'model', run_dir/f'round_{int(r)}'/'model'):
-        if cand.exists(): return str(cand)
-    return None
+    if int(r) == 0: return _base_model(L, manifest)
+    return str(L.round(int(r)).model) if L.round(int(r)).model.exists() else None
 
 def resolve_run_models(run_dir) -> tuple[str|None, str|None]:
-    "Default `(model, baseline)` of a run folder: its best round's model and its base model (None if unknown)."
-    run_dir = Path(run_dir)
-    manifests = sorted(run_dir.glob('round_*/round_manifest.json'))
-    last = _json_or_none(manifests[-1]) if manifests else None
-    model = str(run_dir/'best') if (run_dir/'best').exists() else (_round_model(run_dir, last) if last else None)
-    base = _first_key(last, _BASE_KEYS, run_dir)
-    for cfg in ('config.json', 'run_config.json', 'run.json'):
-        base = base or _first_key(_json_or_none(run_dir/cfg), _BASE_KEYS, run_dir)
-    return model, base
+    "Default `(model, baseline)` of a run folder: its best round's model (`best/`) and its base model (None if unknown)."
+    L = RunLayout(run_dir)
+    rounds = [r for r in L.rounds() if L.manifest(r).exists()]
+    last = _json_or_none(L.manifest(rounds[-1])) if rounds else None
+    model = str(L.best) if L.best.exists() else _round_model(L, last)
+    return model, _base_model(L, last)
 
 # %% ../nbs/confirm.ipynb #739ddc6c
 def load_runner(spec:str):

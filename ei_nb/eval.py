@@ -70,7 +70,7 @@ def stats_cli(argv):
 import json, time
 from pathlib import Path
 from .core import atomic_write_json, read_problems, read_samples, read_verdicts, sha256_json
-from .sample import EVAL_CAP, SampleParams, make_sampler, open_verifier, run_pipeline
+from .sample import EVAL_CAP, SampleParams, make_sampler, open_verifier, run_pipeline, verifier_of
 
 # %% ../nbs/04_eval.ipynb #bb885dbd
 def check_scored_set(problems:list[dict], allow_test_selection:bool=False) -> list[dict]:
@@ -134,29 +134,30 @@ def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF
              temperature:float=1.0, top_p:float=0.95,
              sampler:str='transformers', # transformers | vllm
              sampler_options:dict|None=None, # e.g. tensor_parallel_size (vllm), device (transformers)
-             verify_backend:str='none', # none | repl | lean | server (`none` pre-checks only: nothing passes)
+             verify_backend:str='none', # none | repl | lean | server | known | package.module:factory (`none` pre-checks only: nothing passes)
              lean_project=None, workers:int|None=None, timeout:float=300, endpoints=None, policy=None, cache_dir=None,
              prompt_style:str='chat', # chat | completion
              allow_test_selection:bool=False, # allow test-split problems (one-round diagnostic)
              round_idx:int=0, # the `round` of the records
              chunk_problems:int=4, max_prompt_frac:float=0.5,
+             known_proofs=None, # the known-proof file of the `known` back-end
              log=print, progress:bool|None=None) -> dict:
     "Sample, verify and score the scored set; write the records, `eval.json` and the plots into `out_dir`."
     problems = read_problems(problems) if isinstance(problems, (str, Path)) else list(problems)
     check_scored_set(problems, allow_test_selection)
     out_dir = Path(out_dir)
     if verify_backend == 'none': log('eval: verify backend none runs the pre-check only: no sample can pass')
-    t0 = time.perf_counter()
-    smp = make_sampler(sampler, model_dir, **(sampler_options or {}))
-    load_s = time.perf_counter() - t0
+    from ei_nb.sample_verify import sample_and_verify
     params = SampleParams(n, temperature, top_p, max_new_tokens, seed)
     verifier = {'backend': verify_backend, 'lean_project': str(lean_project) if lean_project else None, 'workers': workers,
                 'timeout': timeout, 'endpoints': list(endpoints or []), 'policy': policy}
-    with open_verifier(verify_backend, lean_project, workers, timeout, endpoints, policy, cache_dir) as ver:
-        stats = run_pipeline(problems, smp, out_dir/'eval_samples.jsonl', params, round_idx, ver, out_dir/'eval_verdicts.jsonl',
-                             prompt_style, chunk_problems, max_prompt_frac, settings={'model': str(Path(model_dir).resolve()),
-                             **{f'verify_{k}': v for k,v in verifier.items() if k not in ('workers', 'endpoints')}},
-                             log=log, progress=progress)
+    stats = sample_and_verify(problems, model_dir, out_dir/'eval_samples.jsonl', out_dir/'eval_verdicts.jsonl', params, round_idx,
+                              sampler, sampler_options, verifier_of(verify_backend, lean_project, workers, timeout, endpoints,
+                                                                    policy, cache_dir, known_proofs),
+                              prompt_style, chunk_problems, max_prompt_frac, None,
+                              {'model': str(Path(model_dir).resolve()),
+                               **{f'verify_{k}': v for k,v in verifier.items() if k not in ('workers', 'endpoints')}},
+                              log=log, progress=progress)
     samples, verdicts = read_samples(out_dir/'eval_samples.jsonl', False), read_verdicts(out_dir/'eval_verdicts.jsonl', False)
     result = eval_summary(samples, verdicts, n) | {
         'n_dropped': stats['n_dropped'], 'dropped': [d['name'] for d in stats['dropped']],
@@ -166,7 +167,7 @@ def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF
                     'seed': seed, 'prompt_style': prompt_style, 'chunk_problems': chunk_problems,
                     'max_prompt_frac': max_prompt_frac, **{k: v for k,v in (sampler_options or {}).items() if v is not None}},
         'verifier': verifier, 'allow_test_selection': allow_test_selection,
-        'tokens_per_s': stats['tokens_per_s'], 'timings': {'load_s': round(load_s, 3), **stats['timings']}}
+        'tokens_per_s': stats['tokens_per_s'], 'timings': stats['timings']}
     plot_eval(samples, verdicts, n, max_new_tokens, out_dir/'eval.png')
     atomic_write_json(out_dir/'eval.json', result)
     return result

@@ -14,7 +14,7 @@ from .prompts import PROMPT_STYLES, render_prompt, verifiable_text
 # %% auto #0
 __all__ = ['POOL_CAP', 'EVAL_CAP', 'SAMPLERS', 'SampleParams', 'derive_seed', 'trim_generated', 'TransformersSampler',
            'vllm_engine_kwargs', 'vllm_sampling_kwargs', 'VllmSampler', 'make_sampler', 'plan_prompts', 'for_verifier',
-           'union_s', 'VerifyFeed', 'DelayVerifier', 'BackgroundWriter', 'run_pipeline', 'open_verifier',
+           'union_s', 'VerifyFeed', 'DelayVerifier', 'BackgroundWriter', 'run_pipeline', 'verifier_of', 'open_verifier',
            'add_sampling_args', 'sampler_options', 'verifier_settings', 'verifier_from_args', 'sample_cli',
            'openai_endpoints', 'served_models', 'completion_request', 'EndpointError', 'parse_completion',
            'OpenAISampler']
@@ -374,13 +374,23 @@ def run_pipeline(problems:list[dict], # problem records, in the order chunks are
         'timings': _timings(t0, gen_end, gen_s, feed, sum(v.get('verify_s') or 0 for v in new_v.values()))}
 
 # %% ../nbs/01b_sample.ipynb #6aa632e0
-def open_verifier(backend:str|None, project=None, workers:int|None=None, timeout:float=300, endpoints=None,
-                  policy=None, cache_dir=None):
-    "A verifier from `ei_nb.verify.make_verifier` (a context manager), or an empty context when `backend` is None."
-    if backend is None: return contextlib.nullcontext()
+def verifier_of(backend:str|None, # the back-end name (none, repl, lean, server, known, package.module:factory); None: no verifier
+                project=None, workers:int|None=None, timeout:float=300, endpoints=None, policy=None, cache_dir=None,
+                known_proofs=None, # the known-proof file (backend known)
+               ) -> 'VerifierSettings|None':
+    "The `ei_nb.verify.VerifierSettings` of the flat options CLIs and stage notebooks take (empty and zero: unset)."
+    if backend is None: return None
+    from ei_nb.verify import VerifierSettings
+    path = lambda v: str(v) if v else None
+    return VerifierSettings(backend=backend, project=path(project), workers=workers or None, timeout=timeout,
+                            endpoints=list(endpoints) if endpoints else None, policy=policy or None, cache_dir=path(cache_dir),
+                            known_proofs=path(known_proofs))
+
+def open_verifier(settings:'VerifierSettings|dict|None'):
+    "A verifier from `ei_nb.verify.make_verifier` (a context manager), or an empty context without settings."
+    if settings is None: return contextlib.nullcontext()
     from ei_nb.verify import make_verifier
-    return make_verifier(backend=backend, project=project or None, workers=workers or None, timeout=timeout,
-                         endpoints=endpoints or None, policy=policy or None, cache_dir=cache_dir or None)
+    return make_verifier(settings)
 
 def add_sampling_args(p, cap:int=POOL_CAP, seed:int=0):
     "The sampler, sampling and verifier options shared by `ei sample` and `ei eval`."
@@ -412,7 +422,8 @@ def verifier_settings(a) -> dict:
 
 def verifier_from_args(a):
     "The verifier context of parsed arguments."
-    return open_verifier(a.verify_backend, a.lean_project, a.workers, a.timeout, a.endpoint, a.policy, a.cache_dir)
+    return open_verifier(verifier_of(a.verify_backend, a.lean_project, a.workers, a.timeout, a.endpoint, a.policy, a.cache_dir,
+                                     getattr(a, 'known_proofs', None)))
 
 def sample_cli(argv):
     "`ei sample --problems FILE --model DIR --out FILE [--n 8] ... [--verify-backend B --verdicts FILE]`"

@@ -19,7 +19,7 @@ __all__ = ['RANKS', 'SCHEDULES', 'protected_key', 'read_protected', 'protected_i
            'demo_sft_inputs', 'plan_steps', 'micro_batches', 'split_ranks', 'tokenize_rows', 'collate',
            'completion_loss', 'loss_module', 'lr_factor', 'atomic_dir', 'trainable_state', 'save_checkpoint',
            'latest_checkpoint', 'load_checkpoint', 'probe_logits', 'export_model', 'load_for_training', 'train_lora',
-           'sft_data_cli', 'train_cli']
+           'sft_data_cli', 'train_cli', 'check_rows_not_protected']
 
 # %% ../nbs/02_sft.ipynb #03301c8d
 _THM = re.compile(r'(?m)^[ \t]*(?:@\[[^\]]*\]\s*)?(?:private\s+|protected\s+)?(?:theorem|lemma)\s')
@@ -559,3 +559,17 @@ def train_cli(argv:list[str]) -> dict:
     a['resume'] = not a.pop('no_resume')
     m = train_lora(model, data, out, **a)
     return {k: v for k,v in m.items() if k not in ('history', 'params')} | {'out_dir': str(out)}
+
+# %% ../nbs/02_sft.ipynb #049dfca0
+def check_rows_not_protected(rows:list[dict], # the SFT rows
+                             problems:list[dict], # the round's problems (for each row's statement)
+                             protected:list[dict], # rows with `name` and optional `formal_statement`
+                            ) -> None:
+    "Raise `StageFailed` if any SFT row is a protected problem, by name or by statement key."
+    from ei_nb.core import StageFailed, statement_key
+    names = {q['name'] for q in protected}
+    keys = {statement_key(q['formal_statement']) for q in protected if q.get('formal_statement')}
+    stmts = {q['name']: statement_key(q['formal_statement']) for q in problems}
+    for i, row in enumerate(rows):
+        if row['name'] in names or stmts.get(row['name']) in keys:
+            raise StageFailed(f"SFT row {i} is protected problem {row['name']!r}: refusing to train")
