@@ -29,6 +29,11 @@ COMMANDS = {
     'setup-lean': ('ei_nb.setup_lean:setup_lean_cli', 'install or check Lean 4.9.0-rc1, the reference Mathlib and the REPL'),
     'doctor':   ('ei_nb.doctor:doctor_cli',        'check that this node has everything a run needs (OK/WARN/FAIL + fix)'),
     'pool':     ('ei_nb.pool:pool_cli',            'build the training pool from public statement sets'),
+    'report':   ('ei_nb.trail:report_cli',         'render a run as HTML: a page per executed stage and index.html'),
+    'logprobs': ('ei_nb.sharpen:logprobs_cli',     'teacher-forced log-probabilities of correct samples under a model (07_sharpen)'),
+    'uplift':   ('ei_nb.sharpen:uplift_cli',       'uplift rate by likelihood rank between two log-prob files (07_sharpen)'),
+    'dpo-data': ('ei_nb.dpo:dpo_data_cli',         'DPO preference pairs from verified samples, in curriculum bands (02b_dpo)'),
+    'dpo-train': ('ei_nb.dpo:dpo_train_cli',       'DPO-train a LoRA on preference pairs, merge and export (02b_dpo)'),
 }
 
 def resolve(command:str):
@@ -51,7 +56,7 @@ def parser(prog:str, description:str='') -> argparse.ArgumentParser:
     return argparse.ArgumentParser(prog=f'ei {prog}', description=description)
 
 def _usage() -> str:
-    return 'usage: ei COMMAND [ARGS]\n\ncommands:\n' + '\n'.join(f'  {k:<9} {d}' for k,(_,d) in COMMANDS.items())
+    return 'usage: ei COMMAND [ARGS]\n\ncommands:\n' + '\n'.join(f'  {k:<10} {d}' for k,(_,d) in COMMANDS.items())
 
 def main(argv:list[str]|None=None) -> int:
     "Entry point of the `ei` console script."
