@@ -47,7 +47,7 @@ SEL_T = (F + 'test_select_band_and_protected', F + 'test_select_unchecked_never_
          F + 'test_select_caps_are_deterministic')
 PASSK_T = (F + 'test_stats', PIN + 'test_stats_pass_at_k_between_1_and_n')
 MCN_T = (F + 'test_mcnemar_p_against_brute_force', F + 'test_mcnemar_table_against_brute_force', F + 'test_mcnemar_cli',
-         F + 'test_power_is_sane')
+         F + 'test_power_is_sane', PIN + 'test_mcnemar_power_by_enumeration')
 KEEP_T = (PIN + 'test_build_sft_rows_default_keeps_the_four_shortest_distinct_proofs', PIN + 'test_sft_data_cli_default_cap_is_four',
           PIN + 'test_row_of_exactly_max_tokens_is_kept',
           'tests/test_sft.py::test_keep_rules_invariants', 'tests/test_sft.py::test_protected_by_name_and_by_statement')

@@ -187,3 +187,16 @@ def test_exit_codes_of_the_cli_contract(monkeypatch):
     assert run_cli('no-such-command')[0] == 2
     rc, out, err = run_cli('stop', '--scores', 'five')                                  # a real command's bad input
     assert rc == 2 and out == '' and '--scores' in err
+
+
+# ---------------------------------------------------------------- McNemar power: rejects when p <= alpha, by enumeration
+
+@pytest.mark.parametrize('n,p_disc,delta,alpha', [(3, 1.0, 0.2, 0.25), (6, 0.5, 0.1, 0.0625), (12, 0.3, 0.1, 0.05)])
+def test_mcnemar_power_by_enumeration(n, p_disc, delta, alpha):
+    """Power = P(mcnemar_p(b, c) <= alpha) summed over every outcome: d ~ Bin(n, p_disc) discordant problems, B wins
+    each with q = (p_disc + delta) / (2 p_disc). At alpha = 1/4 or 1/16 some p-values equal alpha exactly."""
+    from ei_nb.report import mcnemar_p, mcnemar_power
+    q = (p_disc + delta) / (2 * p_disc)
+    pmf = lambda k, m, p: math.comb(m, k) * p**k * (1 - p)**(m - k)
+    want = sum(pmf(d, n, p_disc) * pmf(c, d, q) for d in range(1, n + 1) for c in range(d + 1) if mcnemar_p(d - c, c) <= alpha)
+    assert mcnemar_power(n, delta, p_disc, alpha) == pytest.approx(want, abs=1e-12)
