@@ -214,12 +214,13 @@ def _unique_pairs(pairs):
 def _no_constant(name): raise ValueError(f'{name} is not a number JSON allows')
 
 _BOM = b'\xef\xbb\xbf'
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_no_constant)   # built once: json.loads with options builds one per call
 
 def decode_line(raw:bytes, path, line:int):
     "Decode one JSON Lines line (bytes) exactly: strict UTF-8, no duplicate keys, no NaN/Infinity."
     try: text = raw.decode('utf-8')
     except UnicodeDecodeError as e: raise RecordError(path, line, '-', f'not UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of the line)') from None
-    try: return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
+    try: return _DECODER.decode(text)
     except _DuplicateKey as e: raise RecordError(path, line, str(e), 'duplicate key in one JSON object') from None
     except json.JSONDecodeError as e: raise RecordError(path, line, '-', f'invalid JSON ({e.msg} at column {e.colno})') from None
     except ValueError as e: raise RecordError(path, line, '-', f'invalid JSON ({e})') from None
