@@ -1,7 +1,8 @@
 """Benchmark: the read path at scale. `ei select` + `ei stats` on synthetic verdict files of 10k..100k problems x 32 samples
 (100k x 32 = 3.2 M rows), end to end, against the raw pyarrow and stdlib paths in the same run.
 
-Every measurement is its own process, waited with `os.wait4`, so its peak RSS and CPU seconds are its own:
+Every measurement is its own process, started by this small process (Linux counts the RSS a child inherits at fork
+in its peak) and waited with `os.wait4`, so its peak RSS and CPU seconds are its own:
 - `ei`: the real commands, `ei select --pool --results --protected --out` then `ei stats --verified --k 1,8,32`
   (validated reading with `ei_nb.core.read_frame`: types, finite numbers, UTF-8, duplicate keys in an object and
   duplicate (name, sample_idx) pairs; selection; pass@k). rows/s = rows / (select s + stats s).
@@ -55,10 +56,10 @@ def measured(cmd, env) -> dict:
 def child(d: str, mode: str):
     d = Path(d)
     if mode == 'pyarrow':
-        import pyarrow as pa, pyarrow.json as paj
+        import pyarrow as pa, pyarrow.json as paj, pyarrow.compute as pc
         s = pa.schema([('name', pa.string()), ('sample_idx', pa.int64()), ('verdict', pa.string())])
         t = paj.read_json(d / 'verdicts.jsonl', parse_options=paj.ParseOptions(explicit_schema=s, unexpected_field_behavior='ignore'))
-        t = t.append_column('is_pass', pa.compute.equal(t['verdict'], 'pass'))
+        t = t.append_column('is_pass', pc.equal(t['verdict'], 'pass'))
         g = t.group_by('name').aggregate([('is_pass', 'sum'), ('is_pass', 'count')])
         print(json.dumps({'problems': g.num_rows}))
     elif mode == 'polars':
@@ -97,8 +98,10 @@ def main():
     ap.add_argument('--workdir', default=None)
     ap.add_argument('--check-cost', action='store_true')
     ap.add_argument('--child', nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument('--make', nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child: return child(*a.child)
+    if a.make: return print(make_files(Path(a.make[0]), int(a.make[1]), int(a.make[2])))
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(REPO))
     ei = shutil.which('ei') or 'ei'
     from ei_nb.core import shared_data
@@ -107,7 +110,9 @@ def main():
     rows_out = []
     for n in [int(s) for s in a.sizes.split(',')]:
         d = Path(tempfile.mkdtemp(dir=a.workdir, prefix=f'bench_select_{n}_'))
-        n_rows = make_files(d, n, a.samples)
+        made = subprocess.run([sys.executable, __file__, '--make', str(d), str(n), str(a.samples)], env=env, capture_output=True, text=True)
+        if made.returncode: sys.exit(made.stderr)
+        n_rows = int(made.stdout.split()[-1])   # made in a child: this process stays small, and a child's peak RSS is its own
         sel = measured([ei, 'select', '--pool', str(d/'pool.jsonl'), '--results', str(d/'verdicts.jsonl'), '--protected', str(protected),
                         '--out', str(d/'selected.jsonl'), '--include-zero', '--max-problems', '300'], env)
         st = measured([ei, 'stats', '--verified', str(d/'verdicts.jsonl'), '--k', '1,8,32'], env)

@@ -68,16 +68,27 @@ def _pid_alive(pid:int) -> bool:
     except PermissionError: return True
     return True
 
+_ANY_TEMP = re.compile(r'^\..+\.ei\d+\.[A-Za-z0-9_]+(\.[^/]*)?\.tmp$')
+_TEMPS_SEEN: dict[str, set[str]] = {}   # folder -> our-pattern temp names it held when this process first wrote there
+
+def _earlier_temps(folder:Path) -> set[str]:
+    "Temp names of our pattern in `folder`, listed once per process: a later temp is this process's own or a live writer's."
+    key = str(folder)
+    if key not in _TEMPS_SEEN:
+        try: _TEMPS_SEEN[key] = {e.name for e in os.scandir(folder) if _ANY_TEMP.match(e.name)}
+        except OSError: _TEMPS_SEEN[key] = set()
+    return _TEMPS_SEEN[key]
+
 def remove_stale_temps(path) -> list[Path]:
-    "Remove temp files of earlier, killed writes of `path`: only our own name pattern, only files older than this process whose writer is gone."
+    "Remove temp files of earlier, killed writes of `path`: only its own name pattern, only files older than this process whose writer is gone."
     path, removed = Path(path), []
-    pat = _stale_temp(path)
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(path.parent):
-            m = pat.match(entry.name)
-            if not m or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))): continue
-            with contextlib.suppress(OSError):
-                if entry.stat(follow_symlinks=False).st_mtime < _STARTED: os.unlink(entry.path); removed.append(Path(entry.path))
+    pat, seen = _stale_temp(path), _earlier_temps(path.parent)
+    for name in [n for n in seen if pat.match(n)]:
+        pid, f = int(pat.match(name).group(1)), path.parent/name
+        if pid == os.getpid() or _pid_alive(pid): continue
+        with contextlib.suppress(OSError):
+            if f.stat(follow_symlinks=False).st_mtime < _STARTED: f.unlink(); removed.append(f)
+        seen.discard(name)
     return removed
 
 @contextlib.contextmanager
