@@ -36,6 +36,18 @@ def decontaminate(pool:list[dict], protected:list[dict],
 # %% ../nbs/00_select.ipynb #f957d0c2
 def _rank(seed:int, name:str) -> str: return hashlib.sha256(f'{seed}:{name}'.encode()).hexdigest()
 
+def _first_clean_zeros(pool, rates, protected, max_zero:int, seed:int) -> set:
+    "The p = 0 problems keyed for selection: in rank order, until `max_zero` of them are not protected (those keyed and found protected included)."
+    if max_zero <= 0: return set()
+    names, keys = protected_index(protected)
+    by_name = {p['name']: p for p in pool}
+    zeros = sorted((n for n in rates.index[rates.pass_rate == 0] if n in by_name and n not in names), key=lambda n: _rank(seed, n))
+    keyed, clean = set(), 0
+    for n in zeros:
+        keyed.add(n); clean += statement_key(by_name[n]['formal_statement']) not in keys
+        if clean == max_zero: break
+    return keyed
+
 def select_problems(pool:list[dict], # problem records of the training pool
                     verdicts:pd.DataFrame, # verdicts of the last measurement of the pool
                     protected:list[dict]=(), # problems that must never be trained on
@@ -45,12 +57,13 @@ def select_problems(pool:list[dict], # problem records of the training pool
     "Selected problem records (with `pass_rate`, `n_samples`, `n_pass`), a summary, and the per-problem table."
     if not 0 <= lo < hi <= 1: raise BadInput(f'need 0 <= lo < hi <= 1, got lo={lo}, hi={hi}')
     rates = pass_rates(verdicts).set_index('name')
-    cand = rates.index[((rates.pass_rate > lo) & (rates.pass_rate <= hi)) | ((rates.pass_rate == 0) & include_zero & (max_zero > 0))]
-    kept, removed = decontaminate(pool, list(protected), set(cand))
+    band = set(rates.index[(rates.pass_rate > lo) & (rates.pass_rate <= hi)])
+    zeros = _first_clean_zeros(pool, rates, list(protected), max_zero if include_zero else 0, seed)
+    kept, removed = decontaminate(pool, list(protected), band | zeros)
     table = pd.DataFrame({'name': [p['name'] for p in kept]}).join(rates, on='name')
     measured = table.dropna(subset=['pass_rate'])
     in_band = measured[(measured.pass_rate > lo) & (measured.pass_rate <= hi)].copy()
-    zero = measured[measured.pass_rate == 0].copy() if include_zero and max_zero > 0 else measured.iloc[:0].copy()
+    zero = measured[measured.name.isin(zeros)].copy()
     for part in (in_band, zero): part['rank'] = [_rank(seed, n) for n in part['name']]   # ranked: candidates only
     zero = zero.sort_values('rank').head(max_zero if include_zero else 0)
     chosen = pd.concat([in_band, zero]).sort_values('rank').head(max_problems)
