@@ -180,6 +180,8 @@ def _tname(types):
     types = types if isinstance(types, tuple) else (types,)
     return ' or '.join('null' if t is type(None) else t.__name__ for t in types)
 
+_BY_END = re.compile(r':=\s*by\s*$')
+
 def check_record(row, kind:str, path='<data>', line:int=0) -> dict:
     "Validate one decoded row of record `kind`; raise `RecordError` naming the field."
     if not isinstance(row, dict): raise RecordError(path, line, '-', f'expected a JSON object, got {type(row).__name__}')
@@ -187,13 +189,12 @@ def check_record(row, kind:str, path='<data>', line:int=0) -> dict:
         if field not in row:
             if required: raise RecordError(path, line, field, f'missing (required in a {kind} record)')
             continue
-        if not _type_ok(row[field], types):
-            raise RecordError(path, line, field, f'expected {_tname(types)}, got {type(row[field]).__name__} {row[field]!r:.40}')
-        if isinstance(row[field], float) and not math.isfinite(row[field]):
-            raise RecordError(path, line, field, f'must be a finite number, got {row[field]!r}')
+        v = row[field]
+        if not _type_ok(v, types): raise RecordError(path, line, field, f'expected {_tname(types)}, got {type(v).__name__} {v!r:.40}')
+        if type(v) is float and not math.isfinite(v): raise RecordError(path, line, field, f'must be a finite number, got {v!r}')
     if kind=='verdict' and row['verdict'] not in VERDICTS:
         raise RecordError(path, line, 'verdict', f'{row["verdict"]!r} is not one of {", ".join(VERDICTS)}')
-    if kind=='problem' and not re.search(r':=\s*by\s*$', row['formal_statement']):
+    if kind=='problem' and not _BY_END.search(row['formal_statement']):
         raise RecordError(path, line, 'formal_statement', "must end with ':= by'")
     if kind in ('sample','verdict') and row['sample_idx'] < 0:
         raise RecordError(path, line, 'sample_idx', 'must be >= 0')
@@ -442,11 +443,13 @@ def theorem_name(statement:str) -> str|None:
     m = _DECL.match(lean_code_only(statement))
     return m.group(1) if m else None
 
+_BY_TAIL = re.compile(r'\s*:=\s*by\s*$')
+
 def statement_key(statement:str) -> str:
     "A name-free, comment-free, whitespace-normalised key of a theorem statement."
     s = normalize_ws(lean_code_only(statement))
     s = _DECL.sub('theorem _', s, count=1)
-    s = re.sub(r'\s*:=\s*by\s*$', '', s)
+    s = _BY_TAIL.sub('', s)
     return s
 
 # %% ../nbs/core.ipynb #c111659a
