@@ -68,16 +68,27 @@ def _pid_alive(pid:int) -> bool:
     except PermissionError: return True
     return True
 
+_ANY_TEMP = re.compile(r'^\..+\.ei\d+\.[A-Za-z0-9_]+(\.[^/]*)?\.tmp$')
+_TEMPS_SEEN: dict[str, set[str]] = {}   # folder -> our-pattern temp names it held when this process first wrote there
+
+def _earlier_temps(folder:Path) -> set[str]:
+    "Temp names of our pattern in `folder`, listed once per process: a later temp is this process's own or a live writer's."
+    key = str(folder)
+    if key not in _TEMPS_SEEN:
+        try: _TEMPS_SEEN[key] = {e.name for e in os.scandir(folder) if _ANY_TEMP.match(e.name)}
+        except OSError: _TEMPS_SEEN[key] = set()
+    return _TEMPS_SEEN[key]
+
 def remove_stale_temps(path) -> list[Path]:
-    "Remove temp files of earlier, killed writes of `path`: only our own name pattern, only files older than this process whose writer is gone."
+    "Remove temp files of earlier, killed writes of `path`: only its own name pattern, only files older than this process whose writer is gone."
     path, removed = Path(path), []
-    pat = _stale_temp(path)
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(path.parent):
-            m = pat.match(entry.name)
-            if not m or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))): continue
-            with contextlib.suppress(OSError):
-                if entry.stat(follow_symlinks=False).st_mtime < _STARTED: os.unlink(entry.path); removed.append(Path(entry.path))
+    pat, seen = _stale_temp(path), _earlier_temps(path.parent)
+    for name in [n for n in seen if pat.match(n)]:
+        pid, f = int(pat.match(name).group(1)), path.parent/name
+        if pid == os.getpid() or _pid_alive(pid): continue
+        with contextlib.suppress(OSError):
+            if f.stat(follow_symlinks=False).st_mtime < _STARTED: f.unlink(); removed.append(f)
+        seen.discard(name)
     return removed
 
 @contextlib.contextmanager
@@ -169,6 +180,8 @@ def _tname(types):
     types = types if isinstance(types, tuple) else (types,)
     return ' or '.join('null' if t is type(None) else t.__name__ for t in types)
 
+_BY_END = re.compile(r':=\s*by\s*$')
+
 def check_record(row, kind:str, path='<data>', line:int=0) -> dict:
     "Validate one decoded row of record `kind`; raise `RecordError` naming the field."
     if not isinstance(row, dict): raise RecordError(path, line, '-', f'expected a JSON object, got {type(row).__name__}')
@@ -176,13 +189,12 @@ def check_record(row, kind:str, path='<data>', line:int=0) -> dict:
         if field not in row:
             if required: raise RecordError(path, line, field, f'missing (required in a {kind} record)')
             continue
-        if not _type_ok(row[field], types):
-            raise RecordError(path, line, field, f'expected {_tname(types)}, got {type(row[field]).__name__} {row[field]!r:.40}')
-        if isinstance(row[field], float) and not math.isfinite(row[field]):
-            raise RecordError(path, line, field, f'must be a finite number, got {row[field]!r}')
+        v = row[field]
+        if not _type_ok(v, types): raise RecordError(path, line, field, f'expected {_tname(types)}, got {type(v).__name__} {v!r:.40}')
+        if type(v) is float and not math.isfinite(v): raise RecordError(path, line, field, f'must be a finite number, got {v!r}')
     if kind=='verdict' and row['verdict'] not in VERDICTS:
         raise RecordError(path, line, 'verdict', f'{row["verdict"]!r} is not one of {", ".join(VERDICTS)}')
-    if kind=='problem' and not re.search(r':=\s*by\s*$', row['formal_statement']):
+    if kind=='problem' and not _BY_END.search(row['formal_statement']):
         raise RecordError(path, line, 'formal_statement', "must end with ':= by'")
     if kind in ('sample','verdict') and row['sample_idx'] < 0:
         raise RecordError(path, line, 'sample_idx', 'must be >= 0')
@@ -214,12 +226,13 @@ def _unique_pairs(pairs):
 def _no_constant(name): raise ValueError(f'{name} is not a number JSON allows')
 
 _BOM = b'\xef\xbb\xbf'
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_no_constant)   # built once: json.loads with options builds one per call
 
 def decode_line(raw:bytes, path, line:int):
     "Decode one JSON Lines line (bytes) exactly: strict UTF-8, no duplicate keys, no NaN/Infinity."
     try: text = raw.decode('utf-8')
     except UnicodeDecodeError as e: raise RecordError(path, line, '-', f'not UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of the line)') from None
-    try: return json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
+    try: return _DECODER.decode(text)
     except _DuplicateKey as e: raise RecordError(path, line, str(e), 'duplicate key in one JSON object') from None
     except json.JSONDecodeError as e: raise RecordError(path, line, '-', f'invalid JSON ({e.msg} at column {e.colno})') from None
     except ValueError as e: raise RecordError(path, line, '-', f'invalid JSON ({e})') from None
@@ -391,11 +404,13 @@ def theorem_name(statement:str) -> str|None:
     m = _DECL.match(lean_code_only(statement))
     return m.group(1) if m else None
 
+_BY_TAIL = re.compile(r'\s*:=\s*by\s*$')
+
 def statement_key(statement:str) -> str:
     "A name-free, comment-free, whitespace-normalised key of a theorem statement."
     s = normalize_ws(lean_code_only(statement))
     s = _DECL.sub('theorem _', s, count=1)
-    s = re.sub(r'\s*:=\s*by\s*$', '', s)
+    s = _BY_TAIL.sub('', s)
     return s
 
 # %% ../nbs/core.ipynb #c111659a
