@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, os, re, sys, shutil, hashlib, inspect, importlib, subprocess
 from datetime import datetime, timezone
 from pathlib import Path
-from .core import (BadInput, StageFailed, RecordError, atomic_write_json, atomic_write_bytes, jsonl_bytes,
+from .core import (EVAL_CAP, BadInput, StageFailed, RecordError, atomic_write_json, atomic_write_bytes, jsonl_bytes,
                         check_record, iter_jsonl, read_verdicts, sha256_file, sha256_json, shared_data, statement_key)
 
 # %% auto #0
@@ -252,7 +252,7 @@ def build_registration(run_dir, # the run folder; the registration goes to RUN/c
                        model=None, # the model to confirm (default: the run's best round)
                        baseline_model=None, # the baseline (default: the run's base model)
                        n:int=32, # samples per problem and model
-                       max_new_tokens:int=30000, # the generation cap
+                       max_new_tokens:int=EVAL_CAP, # the generation cap
                        seed:int=0, # sampling seed (both models)
                        problems=None, # test problems file (default: test split of minif2f_dsp15.jsonl)
                        sampler:dict|None=None, # sampler settings passed to the runner
@@ -595,7 +595,7 @@ def confirm_cli(argv) -> dict:
     r = sub.add_parser('register', help='freeze the protocol before any test sample')
     r.add_argument('--model', help='model to confirm (default: the run\'s best round)')
     r.add_argument('--baseline-model', help='baseline (default: the run\'s base model)')
-    r.add_argument('--n', type=int, default=32); r.add_argument('--max-new-tokens', type=int, default=30000)
+    r.add_argument('--n', type=positive_int, default=32); r.add_argument('--max-new-tokens', type=positive_int, default=EVAL_CAP)
     r.add_argument('--seed', type=int, default=0)
     r.add_argument('--problems', help='test problems file (default: test split of minif2f_dsp15.jsonl; or minif2f_test_goedel_v2.jsonl)')
     r.add_argument('--sampler', action='append', metavar='KEY=VALUE', help='sampler setting passed to the runner')

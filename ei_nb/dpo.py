@@ -8,7 +8,7 @@ import json, math, random, shutil, sys, time
 from collections import Counter, defaultdict
 from functools import partial
 from pathlib import Path
-from .core import (BadInput, DataStop, StageFailed, RecordError, atomic_write_json, iter_jsonl, normalize_ws,
+from .core import (SFT_MAX_TOKENS, BadInput, DataStop, StageFailed, RecordError, atomic_write_json, iter_jsonl, normalize_ws,
                    read_problems, read_samples, read_verdicts, write_records)
 from .sft import (build_sft_rows, join_passes, load_tokenizer, encode, proof_text, tokenize_rows, collate,
                   completion_loss, lr_factor, SCHEDULES, save_checkpoint, latest_checkpoint, load_checkpoint,
@@ -84,7 +84,7 @@ def build_pairs(problems:list[dict], samples:list[dict], verdicts:list[dict],
                 tokenizer, # tokenizer (or its directory) of the model that sampled
                 round_idx:int,
                 pairs_per_problem:int=4, # pairs per problem at most
-                max_per_problem:int=4, rank:str='shortest', max_tokens:int=18432, # the SFT keep rules for winners
+                max_per_problem:int=4, rank:str='shortest', max_tokens:int=SFT_MAX_TOKENS, # the SFT keep rules for winners
                 protected=(), style:str='chat',
                 seed:int=0, # seeds the draw of pairs
                 loser_prefixes:tuple=(LEAN_ERROR,), # `fail` reasons that make a loser (see `is_lean_failure`)
@@ -227,7 +227,7 @@ def train_dpo(model_dir, # the round's input model: the policy starts here and i
               beta:float=0.1, lr:float=5e-6, epochs:int=1, lora_r:int=64, lora_alpha:int=128, lora_dropout:float=0.0,
               target_modules='all-linear',
               batch_pairs:int=16, # pairs per optimizer step
-              max_tokens:int=18432, # a pair with a longer side is dropped (counted), never truncated
+              max_tokens:int=SFT_MAX_TOKENS, # a pair with a longer side is dropped (counted), never truncated
               warmup_ratio:float=0.03, schedule:str='cosine', weight_decay:float=0.0, max_grad_norm:float=1.0,
               max_steps:int=-1, seed:int=0, save_every:int=25, keep_checkpoints:int=2, resume:bool=True,
               cleanup:bool=True, dtype:str='auto', gradient_checkpointing:bool|None=None,
@@ -319,7 +319,7 @@ def dpo_data_cli(argv:list[str]) -> dict:
     p = parser('dpo-data', 'DPO pairs in curriculum order from verified samples (02b_dpo)')
     for f in ('--problems', '--verdicts', '--samples', '--out', '--tokenizer'): p.add_argument(f, required=True)
     for f,t,d in (('--pairs-per-problem', int, 4), ('--n-stages', int, 1), ('--max-per-problem', int, 4),
-                  ('--max-tokens', int, 18432), ('--min-pairs', int, 1), ('--round', int, 0), ('--seed', int, 0)):
+                  ('--max-tokens', int, SFT_MAX_TOKENS), ('--min-pairs', int, 1), ('--round', int, 0), ('--seed', int, 0)):
         p.add_argument(f, type=t, default=d)
     p.add_argument('--rank', default='shortest'); p.add_argument('--style', default='chat')
     p.add_argument('--protected', action='append', default=[])
@@ -341,7 +341,7 @@ def dpo_train_cli(argv:list[str]) -> dict:
     p = parser('dpo-train', 'DPO-train a LoRA on ordered pairs, merge and export (02b_dpo)')
     for f in ('--model', '--data', '--out-dir'): p.add_argument(f, required=True)
     for f,t,d in (('--beta', float, 0.1), ('--lr', float, 5e-6), ('--epochs', int, 1), ('--lora-r', int, 64), ('--lora-alpha', int, 128),
-                  ('--lora-dropout', float, 0.0), ('--batch-pairs', int, 16), ('--max-tokens', int, 18432), ('--warmup-ratio', float, 0.03),
+                  ('--lora-dropout', float, 0.0), ('--batch-pairs', int, 16), ('--max-tokens', int, SFT_MAX_TOKENS), ('--warmup-ratio', float, 0.03),
                   ('--weight-decay', float, 0.0), ('--max-grad-norm', float, 1.0), ('--max-steps', int, -1), ('--seed', int, 0),
                   ('--save-every', int, 25), ('--keep-checkpoints', int, 2), ('--dtype', str, 'auto'), ('--max-shard-size', str, '5GB'),
                   ('--attn-implementation', str, None), ('--log-every', int, 0)):

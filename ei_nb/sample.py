@@ -12,15 +12,15 @@ from .core import BadInput, atomic_write_json, read_problems, read_records, sha2
 from .prompts import PROMPT_STYLES, render_prompt, verifiable_text
 
 # %% auto #0
-__all__ = ['POOL_CAP', 'EVAL_CAP', 'SAMPLERS', 'SampleParams', 'derive_seed', 'trim_generated', 'TransformersSampler',
-           'vllm_engine_kwargs', 'vllm_sampling_kwargs', 'VllmSampler', 'make_sampler', 'plan_prompts', 'for_verifier',
-           'union_s', 'VerifyFeed', 'DelayVerifier', 'BackgroundWriter', 'run_pipeline', 'verifier_of', 'open_verifier',
+__all__ = ['SAMPLERS', 'SampleParams', 'derive_seed', 'trim_generated', 'TransformersSampler', 'vllm_engine_kwargs',
+           'vllm_sampling_kwargs', 'VllmSampler', 'make_sampler', 'plan_prompts', 'for_verifier', 'union_s',
+           'VerifyFeed', 'DelayVerifier', 'BackgroundWriter', 'run_pipeline', 'verifier_of', 'open_verifier',
            'add_sampling_args', 'sampler_options', 'verifier_settings', 'verifier_from_args', 'sample_cli',
            'openai_endpoints', 'served_models', 'completion_request', 'EndpointError', 'parse_completion',
            'OpenAISampler']
 
 # %% ../nbs/01b_sample.ipynb #27e498e7
-POOL_CAP, EVAL_CAP = 16_384, 30_000
+from .core import POOL_CAP, EVAL_CAP   # the recipe's generation caps: pool sampling, evaluation
 
 @dataclass(frozen=True)
 class SampleParams:

@@ -8,7 +8,7 @@ import contextlib, hashlib, json, math, random, re, shutil, time
 from collections import Counter, defaultdict
 from functools import partial
 from pathlib import Path
-from .core import (BadInput, DataStop, StageFailed, RecordError, atomic_write_json, fsync_dir, iter_jsonl,
+from .core import (SFT_MAX_TOKENS, BadInput, DataStop, StageFailed, RecordError, atomic_write_json, fsync_dir, iter_jsonl,
                         lean_code_only, normalize_ws, read_problems, read_samples, read_verdicts, sha256_json,
                         shared_data, statement_key, write_records)
 from .prompts import render_prompt
@@ -81,7 +81,7 @@ def proof_text(sample:dict, verdict:dict) -> str:
 # %% ../nbs/02_sft.ipynb #1adc4a9e
 def select_proofs(passes:list[tuple[dict, dict]], # one problem's passes
                   lengths:dict[int, int], # row length in tokens (prompt + completion) by `sample_idx`
-                  max_per_problem:int=4, rank:str='shortest', max_tokens:int=18432) -> list[tuple[int, str]]:
+                  max_per_problem:int=4, rank:str='shortest', max_tokens:int=SFT_MAX_TOKENS) -> list[tuple[int, str]]:
     "Label each ranked pass `kept`, `duplicate`, `too_long` or `over_cap`."
     seen, kept, out = set(), 0, []
     for s,v in rank_passes(passes, rank):
@@ -118,7 +118,7 @@ def build_sft_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
                    round_idx:int, # round written into each row
                    max_per_problem:int=4, # distinct proofs kept per problem at most
                    rank:str='shortest', # `shortest` or `order`
-                   max_tokens:int=18432, # rows longer than this (prompt + completion) are dropped
+                   max_tokens:int=SFT_MAX_TOKENS, # rows longer than this (prompt + completion) are dropped
                    protected=(), # rows with `name`/`formal_statement` that must never appear
                    style:str='chat', # prompt style used for sampling
                   ) -> tuple[list[dict], dict]:
@@ -248,7 +248,7 @@ def split_ranks(micros:list[list[int]], lengths:list[int], world:int=1) -> list[
     return ranks
 
 # %% ../nbs/02_sft.ipynb #99ea42c4
-def tokenize_rows(rows:list[dict], tokenizer, max_tokens:int=18432) -> tuple[list[dict], int]:
+def tokenize_rows(rows:list[dict], tokenizer, max_tokens:int=SFT_MAX_TOKENS) -> tuple[list[dict], int]:
     "Token ids and prompt length of each row (end-of-turn appended unless the sample was capped); rows over `max_tokens` are dropped, never truncated."
     eos = [tokenizer.eos_token_id]
     prompts, comps = encode(tokenizer, [r['prompt'] for r in rows]), encode(tokenizer, [r['completion'] for r in rows])
@@ -426,7 +426,7 @@ def train_lora(model_dir, # previous round's merged model (config, safetensors, 
                target_modules='all-linear', # peft target modules
                batch_tokens:int=65536, # target tokens per optimizer step (gradient accumulation)
                pack_tokens:int=0, # 0: one row per forward pass; >0: pack rows up to this many tokens
-               max_tokens:int=18432, # longer rows are dropped (counted), never truncated
+               max_tokens:int=SFT_MAX_TOKENS, # longer rows are dropped (counted), never truncated
                warmup_ratio:float=0.03, schedule:str='cosine', weight_decay:float=0.0, max_grad_norm:float=1.0,
                max_steps:int=-1, # stop after this many optimizer steps (-1: all epochs)
                full_finetune:bool=False, # train all weights, no LoRA

@@ -8,7 +8,7 @@ import math, random, time
 from collections import defaultdict
 from pathlib import Path
 import numpy as np
-from .core import BadInput, atomic_path
+from .core import SFT_MAX_TOKENS, BadInput, atomic_path
 from .eval import pass_at_k_array, problem_counts
 from .prompts import render_prompt
 from .sft import collate, join_passes, micro_batches, proof_text, select_proofs, tokenize_rows
@@ -165,7 +165,7 @@ def unlikely_key(sv:tuple[dict, dict]) -> tuple:
 # %% ../nbs/07_sharpen.ipynb #98c80efe
 def select_unlikely(passes:list[tuple[dict, dict]], # one problem's passes, samples carrying `logprob0`
                     lengths:dict[int, int], # row length in tokens by `sample_idx`
-                    max_per_problem:int=4, max_tokens:int=18432) -> list[tuple[int, str]]:
+                    max_per_problem:int=4, max_tokens:int=SFT_MAX_TOKENS) -> list[tuple[int, str]]:
     "`select_proofs` labels with the passes ranked least likely first."
     ordered = sorted(passes, key=unlikely_key)
     return select_proofs([(s | {'n_tokens': pos}, v) for pos, (s, v) in enumerate(ordered)], lengths,
