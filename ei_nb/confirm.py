@@ -589,7 +589,7 @@ def status(run_dir) -> dict:
 
 def confirm_cli(argv) -> dict:
     "`ei confirm register|run|report|status --run-dir RUN ...`"
-    from ei_nb.cli import parser
+    from ei_nb.cli import parser, positive_int
     p = parser('confirm', 'the pre-registered confirmatory test evaluation: register, then run once, then report')
     sub = p.add_subparsers(dest='cmd', required=True)
     r = sub.add_parser('register', help='freeze the protocol before any test sample')
