@@ -34,7 +34,7 @@ class Context:
         self.cfg = cfg
         self.run = Run(cfg, run_dir or Path('runs')/(cfg['run']['name'] or 'run'), log=lambda *a: None)
         self.paths, self.run_dir = self.run.paths, self.run.run_dir
-        self.verifier = self.run.verifier()
+        self.verifier = self.run.verifier_params()
         st = cfg['stages']
         self.samplers = {st[s]['sampler'] for s in ('01_sample_verify', '04_eval') if 'sampler' in st.get(s, {})}
 

@@ -11,6 +11,8 @@ from .layout import FINAL, ROUND0_STAGES, ROUND_STAGES, RunLayout, read_stage_js
 from .markers import (SECTIONS, chain_hash, check_params, existing_markers, fingerprint, finished, parse_redo, record,
                            redo, step_order, verdicts_fingerprint, where)
 from .eta import ETA_KEYS, count_lines, eta_seconds, hms, record_rate, stage_work
+from .params_check import validate_config
+from .trail import annotate_executed, notebook_links, render_run
 
 # %% auto #0
 __all__ = ['WIRING', 'WIRED', 'DRIVER_KEYS', 'STAGE_DRIVER_KEYS', 'notebook_path', 'cell_parameters', 'notebook_parameters',
@@ -351,6 +353,7 @@ class Run:
             dec, last = self.one_round(r, scores), r
             if dec['stop']: break
         self.step(FINAL, '06_report')
+        self.log(f'ei run: audit trail -> {render_run(self.run_dir)}')
         return self.finish(t0, scores, dec, last)
 
     def one_round(self, r:int, scores:list) -> dict:
@@ -473,6 +476,9 @@ class Run:
                       self.cfg['run']['kernel'], self.cfg['run']['cell_timeout'],
                       {k: str(v) for k, v in self.cfg['run']['env'].items()}, R.partial/f'{stage}.log')
         outputs = sorted({p.name for p in root.iterdir()} - before - {'.partial', 'stages'})
+        if R.notebook(stage).exists():   # the record opens with the stage's own summary (trail)
+            annotate_executed(R.notebook(stage), notebook_path(stage, self.nbs), R.stage_json(stage),
+                              notebook_links(self.layout, rnd, stage, self.cfg['run']['rounds']), None if rnd == FINAL else rnd)
         return res, round(time.time() - t0, 3), outputs
 
     def fail(self, rnd:int, stage:str, res:dict, chain:str, params:dict, extra:dict):
@@ -739,6 +745,7 @@ def _run_args(argv:list[str]):
     p.add_argument('--set', action='append', default=[], metavar='SECTION.KEY=VALUE', help='override one config key')
     p.add_argument('--allow-test-selection', action='store_true', help='allow a test-split scored set (needs --rounds 1)')
     p.add_argument('--until', metavar='R:STAGE', help='stop after this step (exit 0; rerun to go on)')
+    p.add_argument('--no-doctor', action='store_true', help="skip `ei doctor`'s checks before a new run's round 0")
     return p.parse_args(argv)
 
 def run_cli(argv:list[str]) -> dict:
@@ -748,7 +755,7 @@ def run_cli(argv:list[str]) -> dict:
     sets = list(a.set) + ([f'run.rounds={a.rounds}'] if a.rounds is not None else []) \
            + (['run.allow_test_selection=true'] if a.allow_test_selection else [])
     cfg = load_config(a.config, sets)
-    # TODO(merge): validate every parameter value before anything runs: `from ei_nb.params_check import validate_config; validate_config(cfg)`
+    validate_config(cfg, check_paths=not a.dry_run)   # a dry run plans for paths a later step may create
     if cfg['run']['rounds'] < 1: raise BadInput(f"rounds must be at least 1, got {cfg['run']['rounds']}")
     run_dir = Path(a.run_dir or cfg['run']['run_dir'] or f"runs/{cfg['run']['name']}")
     if run_dir.exists() and not run_dir.is_dir(): raise BadInput(f'run folder {run_dir} is a file, not a folder')
@@ -761,8 +768,17 @@ def run_cli(argv:list[str]) -> dict:
         if (left := kill_strays(run.tag)): say(f'ei run: killed {len(left)} process(es) left by an earlier driver of this run: {left}')
         for r, s in redos: redo(run_dir, r, s, log=say)
         run.preflight()
+        if not (a.no_doctor or run.layout.run_json.exists()): _doctor(cfg, run_dir)
         _record_invocation(run_dir, cfg, ['ei', 'run', *argv])
         return _go(run, a.until)
+
+def _doctor(cfg:dict, run_dir:Path):
+    "`ei doctor`'s checks before a new run's round 0: any FAIL stops the run (exit 3) before a GPU-hour is spent."
+    from ei_nb.cli import say
+    from ei_nb.doctor import preflight, raise_on_fail, table
+    rows = preflight(cfg, run_dir)
+    say(table(rows))
+    raise_on_fail(rows)
 
 def _go(run:Run, until:str|None) -> dict:
     "Run it; on a failed stage record the failure in its round's manifest; on an interrupt say how to resume."

@@ -181,7 +181,7 @@ def eval_cli(argv):
     p = add_sampling_args(parser('eval', 'sample, verify and score the scored set'), cap=EVAL_CAP)
     p.add_argument('--problems', required=True); p.add_argument('--model', required=True); p.add_argument('--out-dir', required=True)
     p.add_argument('--split', help='keep only the problems of this split (e.g. valid)')
-    p.add_argument('--verify-backend', default='none', choices=['none', 'repl', 'lean', 'server'])
+    p.add_argument('--verify-backend', default='none', help='a verifier back-end (none, repl, lean, server, known) or package.module:factory')
     p.add_argument('--allow-test-selection', action='store_true', help='allow test-split problems (one-round diagnostic)')
     p.add_argument('--round', type=nonneg_int, default=0)
     a = p.parse_args(argv)
@@ -192,4 +192,5 @@ def eval_cli(argv):
         if not problems: raise BadInput(f'{a.problems}: no problem of split {a.split!r}')
     return run_eval(problems, a.model, a.out_dir, a.n, a.max_new_tokens, a.seed, a.temperature, a.top_p, a.backend,
                     sampler_options(a), a.verify_backend, a.lean_project, a.workers, a.timeout, a.endpoint, a.policy,
-                    a.cache_dir, a.prompt_style, a.allow_test_selection, a.round, a.chunk_problems, a.max_prompt_frac, log=say)
+                    a.cache_dir, a.prompt_style, a.allow_test_selection, a.round, a.chunk_problems, a.max_prompt_frac, log=say,
+                    known_proofs=a.known_proofs)

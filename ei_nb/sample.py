@@ -409,6 +409,7 @@ def add_sampling_args(p, cap:int=POOL_CAP, seed:int=0):
     p.add_argument('--timeout', type=positive_float, default=300, help='seconds per proof')
     p.add_argument('--endpoint', action='append', default=[], help='checking-server URL (repeatable; backend server)')
     p.add_argument('--policy', help='verifier policy JSON'); p.add_argument('--cache-dir', help='verdict cache folder')
+    p.add_argument('--known-proofs', help='Lean-accepted proofs, JSON Lines (backend known)')
     return p
 
 def sampler_options(a) -> dict:
@@ -431,7 +432,8 @@ def sample_cli(argv):
     p = add_sampling_args(parser('sample', 'sample completions, optionally verified in a pipeline'))
     p.add_argument('--problems', required=True); p.add_argument('--model', required=True); p.add_argument('--out', required=True)
     p.add_argument('--round', type=int, default=0)
-    p.add_argument('--verify-backend', choices=['none', 'repl', 'lean', 'server']); p.add_argument('--verdicts')
+    p.add_argument('--verify-backend', help='a verifier back-end (none, repl, lean, server, known) or package.module:factory')
+    p.add_argument('--verdicts')
     a = p.parse_args(argv)
     if (a.verify_backend is None) != (a.verdicts is None): raise BadInput('--verify-backend and --verdicts go together')
     from ei_nb.core import check_output

@@ -12,7 +12,8 @@ from .core import BadInput, atomic_write_text
 # %% auto #0
 __all__ = ['RUNNER_HEADING', 'LIBRARY_TAG', 'SUMMARY_TAG', 'runner_index', 'library_cells', 'tag_library_cells',
            'summary_markdown', 'strip_papermill_copy', 'audit_copy', 'notebook_html', 'rounds_table', 'index_html',
-           'run_pages', 'stage_summary', 'render_page', 'render_run', 'report_cli']
+           'run_pages', 'stage_summary', 'render_page', 'render_run', 'report_cli', 'stage_sequence', 'notebook_links',
+           'annotate_executed']
 
 # %% ../nbs/trail.ipynb #04f8c4bc
 RUNNER_HEADING = '## Run the stage'   # the heading that opens the runner section of every stage notebook
@@ -228,3 +229,41 @@ def report_cli(argv:list[str]) -> dict:
     a = p.parse_args(argv)
     index = render_run(a.run_dir)
     return {'index': str(index), 'pages': len(run_pages(a.run_dir))}
+
+# %% ../nbs/trail.ipynb #12ec0de3
+def stage_sequence(last_round:int) -> list[tuple[int, str]]:
+    "(round, stage) of every executed notebook of a run of `last_round` rounds, in order, the final report last."
+    from ei_nb.layout import ROUND_STAGES, FINAL
+    return [(0, 'demo'), (0, '01_sample_verify'), (0, '04_eval'),
+            *[(r, s) for r in range(1, last_round + 1) for s in ROUND_STAGES], (FINAL, '06_report')]
+
+def notebook_links(layout, rnd:int, stage:str, last_round:int) -> dict:
+    "Relative links from one executed notebook to the previous and next ones and to its round's report."
+    seq = stage_sequence(last_round)
+    here = layout.round(rnd).notebook(stage)
+    i = seq.index((rnd, stage)) if (rnd, stage) in seq else None
+    out = {}
+    if i: out[f'previous: {seq[i-1][1]}'] = _relative(layout.round(seq[i-1][0]).notebook(seq[i-1][1]), here)
+    if i is not None and i + 1 < len(seq): out[f'next: {seq[i+1][1]}'] = _relative(layout.round(seq[i+1][0]).notebook(seq[i+1][1]), here)
+    if rnd >= 1 and stage != '06_report': out["this round's report"] = '06_report.ipynb'
+    return out
+
+# %% ../nbs/trail.ipynb #14297ce3
+def annotate_executed(nb_path, # an executed stage notebook
+                      source, # the stage notebook it was executed from
+                      stage_json, # the stage's stage.json (no summary when absent)
+                      links:dict|None=None, # label -> relative link
+                      rnd:int|None=None, # the round, for the summary's title
+                     ) -> bool:
+    "Put the stage's summary on top of its executed notebook and drop papermill's input copy; whether a summary was added."
+    from ei_nb.layout import read_stage_json
+    nb = nbformat.read(nb_path, as_version=4)
+    strip_papermill_copy(nb)
+    if nb.metadata.get('papermill') is not None: nb.metadata['papermill']['input_path'] = str(source)
+    rec = read_stage_json(stage_json)
+    nb.cells = [c for c in nb.cells if SUMMARY_TAG not in c.get('metadata', {}).get('tags', [])]
+    if rec is not None:
+        md = summary_markdown({**rec, **({'round': rnd} if rnd is not None else {})}, links)
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(md, metadata={'tags': [SUMMARY_TAG]}))
+    atomic_write_text(nb_path, nbformat.writes(nb))
+    return rec is not None
