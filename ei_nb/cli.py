@@ -69,6 +69,8 @@ def main(argv:list[str]|None=None) -> int:
         say(f'ei {argv[0]}: error: {e}'); return e.exit_code
     except KeyboardInterrupt:
         say(f'ei {argv[0]}: interrupted'); return 143
+    except SystemExit as e:   # argparse: --help (0) or a bad argument (2, its message already on stderr)
+        return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
     if result is not None: emit(result)
     return 0
 
