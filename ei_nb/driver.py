@@ -772,13 +772,15 @@ def run_cli(argv:list[str]) -> dict:
         _record_invocation(run_dir, cfg, ['ei', 'run', *argv])
         return _go(run, a.until)
 
+_OWN_CHECKS = ('pool', 'scored', 'protected')   # problem files: the driver's input step refuses them itself (exit 2, naming file and line)
+
 def _doctor(cfg:dict, run_dir:Path):
-    "`ei doctor`'s checks before a new run's round 0: any FAIL stops the run (exit 3) before a GPU-hour is spent."
+    "`ei doctor`'s checks before a new run's round 0: a FAIL (other than the problem files) stops the run (exit 3) before a GPU-hour is spent."
     from ei_nb.cli import say
     from ei_nb.doctor import preflight, raise_on_fail, table
     rows = preflight(cfg, run_dir)
     say(table(rows))
-    raise_on_fail(rows)
+    raise_on_fail([r for r in rows if r['check'] not in _OWN_CHECKS])
 
 def _go(run:Run, until:str|None) -> dict:
     "Run it; on a failed stage record the failure in its round's manifest; on an interrupt say how to resume."

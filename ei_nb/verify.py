@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 from .core import (VERDICTS, BadInput, RecordError, StageFailed, atomic_write_json, check_output, check_record, iter_jsonl, lean_code_only,
                         normalize_ws, read_problems, read_samples, sha256_json, theorem_name, write_records)
-from .cli import parser, say, positive_int, positive_float
+from .cli import parser, say, nonneg_int, positive_int, positive_float
 from .lean_lex import analyse, lexical_error
 from functools import lru_cache
 
@@ -919,7 +919,7 @@ def _parser():
     p.add_argument('--endpoint', action='append', default=[], help='checking-server URL (repeatable, server)')
     p.add_argument('--cache-dir', help='verdict cache (default: verdict_cache/ next to --out for Lean backends)')
     p.add_argument('--policy', help='policy JSON file (rules, set_options, axioms)')
-    p.add_argument('--mem-mb', type=positive_int, help='RLIMIT_AS per Lean process in MiB (default 10240)')
+    p.add_argument('--mem-mb', type=nonneg_int, help='RLIMIT_AS per Lean process in MiB (default 10240; 0: no limit)')
     p.add_argument('--max-uses', type=positive_int, help='proofs per REPL before it is recycled (default 100)')
     p.add_argument('--header-timeout', type=positive_float, help='seconds for the REPL to load the header (default max(600, --timeout)); '
                    'no reply in time stops the run with exit 3')

@@ -124,7 +124,7 @@ def test_setup_lean_refuses_a_checkout_at_another_commit(node):
 def test_setup_lean_fails_when_the_repl_does_not_flush(node):
     unflushed_repl(Path(node['env']['EI_REPL_BIN']))
     rc, out, err = ei('setup-lean', '--project', node['project'], '--mathlib-commit', node['commit'], '--timeout', '2', env=node['env'])
-    assert rc == 3 and 'self-check failed: timeout' in err
+    assert rc == 3 and 'self-check failed' in err and '4fc1e6d' in err   # the verifier names the no-flush REPL and its fix
 
 
 # -- ei doctor
@@ -172,7 +172,8 @@ def test_doctor_lean_rows_against_the_repl_stand_in(node, tmp_path, monkeypatch)
                                                          'repl answers': 'OK', '#print axioms': 'OK'}
     unflushed_repl(Path(node['env']['EI_REPL_BIN']))
     rows = {r['check']: r for r in check_lean(Context(cfg, tmp_path / 'run'), timeout=2)}
-    assert rows['repl answers']['status'] == 'FAIL' and 'timeout' in rows['repl answers']['detail'] and 'EI_REPL_BIN' in rows['repl answers']['fix']
+    assert rows['repl answers']['status'] == 'FAIL' and 'did not answer the header' in rows['repl answers']['detail'] \
+        and '4fc1e6d' in rows['repl answers']['detail'] and 'EI_REPL_BIN' in rows['repl answers']['fix']
 
 
 # -- ei pool
