@@ -107,7 +107,7 @@ def _stage_params():
 
 def test_chain_hash_changes_with_each_stage_seed():
     "A reseeded stage must not look finished: its chain hash, and so every later one, changes with `seed`."
-    from ei_nb.driver import VOLATILE, chain_hash
+    from ei_nb.markers import VOLATILE, chain_hash
     seeded = {s: p for s, p in _stage_params().items() if 'seed' in p}
     assert {'00_select', '01_sample_verify', '02_sft', '04_eval'} <= set(seeded), sorted(seeded)
     for stage, params in seeded.items():
