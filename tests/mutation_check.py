@@ -158,7 +158,7 @@ MUTANTS = [
       'if norm.startswith(stmt[:len(stmt) // 2], i): return None', 'a changed statement tail is accepted', *PRE_T, NB),
     M('judge-one-sorry-ok', VER, "if sorries: return 'fail'", "if len(sorries) > 1: return 'fail'", 'one sorry passes', *PRE_T, NB),
     M('judge-fake-report', VER, "if len(mine) > 1: return 'fail'", "if len(mine) > 2: return 'fail'",
-      'a faked second axiom report passes', *PRE_T, NB),
+      'a faked second axiom report passes', PIN + 'test_judge_fails_when_two_axiom_reports_sit_at_the_appended_line', *PRE_T, NB),
     M('judge-any-axiom', VER, 'if a not in allowed_axioms(policy or DEFAULT_POLICY)]', "if a == 'sorryAx']",
       'non-standard axioms pass', *PRE_T, NB),
     # ---- the chain hash (markers)
