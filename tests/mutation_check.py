@@ -38,8 +38,8 @@ class Mutant:
 def M(name, path, old, new, what, *checks): return Mutant(name, path, old, new, tuple(checks), what)
 
 
-STOP, SEL, EVAL, REP, SFT, AVG, VER, DRV = ('nbs/05_stop_rule.ipynb', 'nbs/00_select.ipynb', 'nbs/04_eval.ipynb',
-    'nbs/06_report.ipynb', 'nbs/02_sft.ipynb', 'nbs/03_average.ipynb', 'nbs/01a_verify.ipynb', 'nbs/driver.ipynb')
+STOP, SEL, EVAL, REP, SFT, AVG, VER, MRK = ('nbs/05_stop_rule.ipynb', 'nbs/00_select.ipynb', 'nbs/04_eval.ipynb',
+    'nbs/06_report.ipynb', 'nbs/02_sft.ipynb', 'nbs/03_average.ipynb', 'nbs/01a_verify.ipynb', 'nbs/markers.ipynb')
 F = 'tests/test_foundation.py::'
 PIN = 'tests/test_science_pins.py::'
 STOP_T = (F + 'test_stop_rule_against_reference', F + 'test_stop_cli')
@@ -81,8 +81,9 @@ MUTANTS = [
       '(measured.pass_rate > lo) & (measured.pass_rate < hi)', 'p = hi problems leave the band', *SEL_T, NB),
     M('select-zero-ignores-flag', SEL, '.head(max_zero if include_zero else 0)', '.head(max_zero)',
       'p = 0 problems taken although include_zero is off', *SEL_T, NB),
-    M('select-decontam-name-only', SEL, "if p['name'] in names or statement_key(p['formal_statement']) in keys",
-      "if p['name'] in names", 'a protected statement under another name is trained on', *SEL_T, NB),
+    M('select-decontam-name-only', SEL,
+      "def hit(p): return p['name'] in names or ((candidates is None or p['name'] in candidates) and statement_key(p['formal_statement']) in keys)",
+      "def hit(p): return p['name'] in names", 'a protected statement under another name is trained on', *SEL_T, NB),
     M('select-cap-by-name', SEL, "chosen = pd.concat([in_band, zero]).sort_values('rank')",
       "chosen = pd.concat([in_band, zero]).sort_values('name')", 'the cap keeps the alphabetically first, not a seeded sample',
       *SEL_T, NB),
@@ -113,8 +114,8 @@ MUTANTS = [
     # ---- keep rules and loss masking (02_sft)
     M('keep-default-5', SFT, 'max_per_problem:int=4, # distinct proofs kept per problem at most',
       'max_per_problem:int=5, # distinct proofs kept per problem at most', 'build_sft_rows keeps 5 proofs by default', *KEEP_T, NB),
-    M('keep-cli-default-5', SFT, "p.add_argument('--max-per-problem', type=int, default=4)",
-      "p.add_argument('--max-per-problem', type=int, default=5)", '`ei sft-data` keeps 5 proofs by default', *KEEP_T, NB),
+    M('keep-cli-default-5', SFT, "p.add_argument('--max-per-problem', type=positive_int, default=4)",
+      "p.add_argument('--max-per-problem', type=positive_int, default=5)", '`ei sft-data` keeps 5 proofs by default', *KEEP_T, NB),
     M('keep-longest-first', SFT, "(lambda sv: (sv[0]['n_tokens'], sv[0]['sample_idx']))",
       "(lambda sv: (-sv[0]['n_tokens'], sv[0]['sample_idx']))", 'longest completion first', *KEEP_T, NB),
     M('keep-cap-off-by-one', SFT, 'elif kept >= max_per_problem:', 'elif kept > max_per_problem:', 'one proof over the cap',
@@ -150,22 +151,23 @@ MUTANTS = [
     # ---- pre-check rules and the verdict (01a_verify)
     M('precheck-skips-statement', VER, "if rule == 'statement':", "if rule == 'statement' and False:",
       'a proof of another statement reaches Lean', *PRE_T, NB),
-    M('precheck-hash-print-only', VER, "elif tok[0] == '#': rule = 'hash_command'", "elif tok.startswith('#print'): rule = 'hash_command'",
+    M('precheck-hash-print-only', VER, "for m in _HASH.finditer(clean)]",
+      "for m in _HASH.finditer(clean) if m.group() in _KEYWORDS or m.group().startswith('#print')]",
       '#guard_msgs and other #commands pass the pre-check', *PRE_T, NB),
-    M('statement-prefix-only', VER, "if norm.startswith(stmt, i) and (end == len(norm) or norm[end] == ' '): return None",
+    M('statement-prefix-only', VER, 'if norm.startswith(stmt, i): return None',
       'if norm.startswith(stmt[:len(stmt) // 2], i): return None', 'a changed statement tail is accepted', *PRE_T, NB),
     M('judge-one-sorry-ok', VER, "if sorries: return 'fail'", "if len(sorries) > 1: return 'fail'", 'one sorry passes', *PRE_T, NB),
-    M('judge-fake-report', VER, "if len(reports) > 1: return 'fail'", "if len(reports) > 2: return 'fail'",
-      'a faked second axiom report passes', *PRE_T, NB),
+    M('judge-fake-report', VER, "if len(mine) > 1: return 'fail'", "if len(mine) > 2: return 'fail'",
+      'a faked second axiom report passes', PIN + 'test_judge_fails_when_two_axiom_reports_sit_at_the_appended_line', *PRE_T, NB),
     M('judge-any-axiom', VER, 'if a not in allowed_axioms(policy or DEFAULT_POLICY)]', "if a == 'sorryAx']",
       'non-standard axioms pass', *PRE_T, NB),
-    # ---- the chain hash (driver)
-    M('chain-ignores-seed', DRV, '{k: v for k, v in params.items() if k not in VOLATILE}',
+    # ---- the chain hash (markers)
+    M('chain-ignores-seed', MRK, '{k: v for k, v in params.items() if k not in VOLATILE}',
       "{k: v for k, v in params.items() if k not in VOLATILE | {'seed'}}", 'a reseeded stage is skipped as finished',
       *CHAIN_T, NB),
-    M('chain-ignores-prev', DRV, "'inputs': inputs, 'prev': prev})", "'inputs': inputs})",
+    M('chain-ignores-prev', MRK, "'inputs': inputs, 'prev': prev})", "'inputs': inputs})",
       'a rerun earlier stage does not invalidate later ones', *CHAIN_T, NB),
-    M('chain-ignores-inputs', DRV, "'inputs': inputs, 'prev': prev})", "'prev': prev})",
+    M('chain-ignores-inputs', MRK, "'inputs': inputs, 'prev': prev})", "'prev': prev})",
       'a changed input file does not change the chain', *CHAIN_T, NB),
     # ---- exit codes (core, cli)
     M('exit-stagefailed-2', 'nbs/core.ipynb', 'finished stage (exit 3)."\n    exit_code = 3', 'finished stage (exit 3)."\n    exit_code = 2',

@@ -107,7 +107,7 @@ def _stage_params():
 
 def test_chain_hash_changes_with_each_stage_seed():
     "A reseeded stage must not look finished: its chain hash, and so every later one, changes with `seed`."
-    from ei_nb.driver import VOLATILE, chain_hash
+    from ei_nb.markers import VOLATILE, chain_hash
     seeded = {s: p for s, p in _stage_params().items() if 'seed' in p}
     assert {'00_select', '01_sample_verify', '02_sft', '04_eval'} <= set(seeded), sorted(seeded)
     for stage, params in seeded.items():
@@ -200,3 +200,19 @@ def test_mcnemar_power_by_enumeration(n, p_disc, delta, alpha):
     pmf = lambda k, m, p: math.comb(m, k) * p**k * (1 - p)**(m - k)
     want = sum(pmf(d, n, p_disc) * pmf(c, d, q) for d in range(1, n + 1) for c in range(d + 1) if mcnemar_p(d - c, c) <= alpha)
     assert mcnemar_power(n, delta, p_disc, alpha) == pytest.approx(want, abs=1e-12)
+
+
+# ---------------------------------------------------------------- the verdict: exactly one axiom report at our line
+
+def test_judge_fails_when_two_axiom_reports_sit_at_the_appended_line():
+    """A second report for the theorem at the line of OUR `#print axioms` (e.g. a clean one faked ahead of the real one)
+    makes the verdict fail: which report is the kernel's cannot be told, so neither is trusted."""
+    from ei_nb.verify import judge
+    info = lambda line, data: {'severity': 'info', 'pos': {'line': line, 'column': 0}, 'data': data}
+    fake, real = info(9, "'t' does not depend on any axioms"), info(9, "'t' depends on axioms: [sorryAx]")
+    clean = info(9, "'t' depends on axioms: [propext, Classical.choice, Quot.sound]")
+    assert judge({'messages': [clean]}, 't', line=9) == ('pass', None)               # one report: judged on its axioms
+    assert judge({'messages': [real]}, 't', line=9)[0] == 'fail'
+    for msgs in ([fake, real], [fake, clean], [clean, clean]):
+        verdict, reason = judge({'messages': msgs}, 't', line=9)
+        assert verdict == 'fail' and '2 reports' in reason, (msgs, verdict, reason)
