@@ -14,21 +14,17 @@ from ei_nb.core import DataStop, read_problems, read_samples, read_verdicts, sha
 from ei_nb.dpo import (assign_bands, build_pairs, curriculum, demo_dpo_inputs, dpo_data_cli, dpo_loss, is_lean_failure,
                        reference_logps, sequence_logp, tokenize_pairs, train_dpo)
 from ei_nb.sft import build_sft_rows, load_for_training, read_protected
-from ei_nb.tiny import build_tiny_model
 
 ENV = dict(os.environ, OMP_NUM_THREADS='1', TOKENIZERS_PARALLELISM='false')
 FAKE = str(Path(__file__).with_name('fake_repl.py'))
 
 
 @pytest.fixture(scope='module')
-def tiny(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp('m') / 'tiny')
+def tiny(tiny_model_dir): return tiny_model_dir   # read-only: tests write elsewhere
 
 
 @pytest.fixture(scope='module')
-def tok(tiny):
-    from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(tiny)
+def tok(tiny_tokenizer): return tiny_tokenizer
 
 
 @pytest.fixture(scope='module')

@@ -32,14 +32,11 @@ def merged_weights(d):
 
 
 @pytest.fixture(scope='module')
-def tiny(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp('m') / 'tiny')
+def tiny(tiny_model_dir): return tiny_model_dir   # read-only: tests write elsewhere
 
 
 @pytest.fixture(scope='module')
-def tok(tiny):
-    from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(tiny)
+def tok(tiny_tokenizer): return tiny_tokenizer
 
 
 @pytest.fixture(scope='module')

@@ -26,9 +26,7 @@ def model(tiny_model_dir):
 
 
 @pytest.fixture(scope='module')
-def tok(tiny_model_dir):
-    from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
+def tok(tiny_tokenizer): return tiny_tokenizer
 
 
 @pytest.fixture(scope='module')
