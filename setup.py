@@ -21,6 +21,7 @@ setuptools.setup(
     url=cfg['git_url'],
     packages=setuptools.find_packages(include=['ei_nb', 'ei_nb.*']),
     include_package_data=True,
+    package_data={'ei_nb': ['kernels/*.c']},   # the averaging kernel's C source, compiled on first use
     python_requires='>=' + cfg['min_python'],
     install_requires=requirements,
     extras_require={
@@ -28,6 +29,8 @@ setuptools.setup(
         # vLLM pins its own CUDA torch: install it on GPU nodes only.
         'vllm': ['vllm>=0.11'],
         'sft': ['accelerate>=1.0'],
+        # `ei pool` reads hub ids and dataset folders with it (local .jsonl/.parquet files need nothing more).
+        'pool': ['datasets>=2.18'],
     },
     entry_points={'console_scripts': cfg['console_scripts'].split(),
                   'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"]},

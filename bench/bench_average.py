@@ -13,7 +13,7 @@ page cache before each run (where permitted: root):
 Prints a table (seconds, GB/s, peak RSS, ratio to mergekit and to the I/O bound), how many bf16 elements of
 each output differ from the float64 reference (rounded once), and the projected time for an 8B model (16.4 GB).
 
-    python bench/bench_average.py [--workdir DIR] [--repeats 3] [--baseline-repeats 1] [--threads N] [--mergekit PATH]
+    python bench/bench_average.py [--workdir DIR] [--repeats 3] [--baseline-repeats 1] [--threads N] [--mergekit PATH] [--layers 3]
 
 mergekit pins its own transformers, so install it in a separate venv:
 `python -m venv /tmp/mk && /tmp/mk/bin/pip install torch==2.13.0 mergekit` (the default --mergekit path).
@@ -149,10 +149,11 @@ def child_naive(a: str, f: str, out: str, w: float):
     shutil.copy(Path(f) / 'model.safetensors.index.json', out); shutil.copy(Path(f) / 'config.json', out)
 
 
-def mismatches(a: str, f: str, outs: dict, w: float, tensors=('model.layers.0.self_attn.q_proj.weight', 'model.layers.1.mlp.down_proj.weight')):
+def mismatches(a: str, f: str, outs: dict, w: float, tensors=None):
     "bf16 elements of each output that differ from the float64 reference rounded once, on a few tensors (per 10,000)."
     import numpy as np
     from ei_nb.average import load_checkpoint, round_f64
+    tensors = tensors or ('model.layers.0.self_attn.q_proj.weight', f'model.layers.{LAYERS - 1}.mlp.down_proj.weight')
     def bits(d, name):
         r = load_checkpoint(d).tensors[name]
         with open(r.path, 'rb') as fh: fh.seek(r.start); return np.frombuffer(fh.read(r.nbytes), np.uint16)
@@ -172,10 +173,12 @@ def main():
     ap.add_argument('--baseline-repeats', type=int, default=1, help='runs of mergekit and naive')
     ap.add_argument('--threads', type=int, default=None, help='ei average --threads (default: its own)')
     ap.add_argument('--ft-weight', type=float, default=0.7)
+    ap.add_argument('--layers', type=int, default=LAYERS, help=f'decoder layers (default {LAYERS}: 1.48 GB per checkpoint; 1 is 0.67 GB)')
     ap.add_argument('--mergekit', default=os.environ.get('MERGEKIT_YAML') or shutil.which('mergekit-yaml') or '/tmp/mk/bin/mergekit-yaml')
     ap.add_argument('--skip', default='', help='comma-separated runs to skip: mergekit,naive')
     ap.add_argument('--child', nargs='*', help=argparse.SUPPRESS)
     args = ap.parse_args()
+    globals()['LAYERS'] = args.layers
     if args.child:
         kind, *rest = args.child
         if kind == 'io': return child_io(rest[0], rest[1], int(rest[2]), rest[3])

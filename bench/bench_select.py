@@ -1,21 +1,30 @@
-"""Benchmark: band selection + statistics on synthetic verdict files of 10k..100k problems x 32 samples.
+"""Benchmark: the read path at scale. `ei select` + `ei stats` on synthetic verdict files of 10k..100k problems x 32 samples
+(100k x 32 = 3.2 M rows), end to end, against the raw pyarrow and stdlib paths in the same run.
 
-Each size runs in a fresh subprocess (so peak RSS is that run's own): read the pool and a verdict file
-with `ei_nb.core.read_frame` (pyarrow), select (`ei_nb.select.run_select`) and score (`ei_nb.eval.score`,
-pass@1/8/32). Baseline in the same run: the same verdict file read with a stdlib `json.loads` loop.
-Prints rows/s, peak RSS and how time grows with size (should be linear).
+Every measurement is its own process, started by this small process (Linux counts the RSS a child inherits at fork
+in its peak) and waited with `os.wait4`, so its peak RSS and CPU seconds are its own:
+- `ei`: the real commands, `ei select --pool --results --protected --out` then `ei stats --verified --k 1,8,32`
+  (validated reading with `ei_nb.core.read_frame`: types, finite numbers, UTF-8, duplicate keys in an object and
+  duplicate (name, sample_idx) pairs; selection; pass@k). rows/s = rows / (select s + stats s).
+- `pyarrow`: `pyarrow.json.read_json` of the three needed columns + a group-by, no validation (the floor of that path).
+- `stdlib`: a `json.loads` loop counting passes per problem.
+- `polars`: `scan_ndjson` of the three columns + a group-by, only when polars is installed (it keeps the first of
+  two duplicate keys silently, so `ei_nb` does not use it; shown for scale).
+Wall seconds depend on what else runs on the machine; CPU seconds (user + sys) are printed beside them.
 
-    python bench/bench_select.py [--sizes 10000,30000,100000] [--samples 32] [--workdir DIR]
+    python bench/bench_select.py [--sizes 10000,30000,100000] [--samples 32] [--workdir DIR] [--check-cost]
+
+`--check-cost` also times, on the largest file, what the duplicate-key and UTF-8 checks of the fast path cost.
 """
-import argparse, json, os, resource, subprocess, sys, tempfile, time
+import argparse, json, os, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
 
 HEADER = "import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 0\n\nopen BigOperators Real Nat Topology Rat\n\n"
+REPO = Path(__file__).resolve().parent.parent
 
 
 def make_files(d: Path, n_problems: int, n_samples: int, seed: int = 0):
-    import numpy as np, pyarrow as pa, pyarrow.json  # noqa
-    import pandas as pd
+    import numpy as np, pandas as pd
     rng = np.random.default_rng(seed)
     names = np.array([f'synthetic_{i:07d}' for i in range(n_problems)])
     with open(d / 'pool.jsonl', 'w') as f:
@@ -31,40 +40,55 @@ def make_files(d: Path, n_problems: int, n_samples: int, seed: int = 0):
     return len(df)
 
 
-def peak_rss_mib() -> float:
-    "This process's peak RSS (VmHWM: unlike ru_maxrss it is not inherited from the forking parent)."
-    for line in open('/proc/self/status'):
-        if line.startswith('VmHWM:'): return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def measured(cmd, env) -> dict:
+    "Run `cmd`; its wall seconds, CPU seconds, peak RSS (MiB) and last stdout line."
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = p.stdout.read(), p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode: sys.exit(f'{cmd[:3]} failed ({p.returncode}):\n{err[-3000:]}')
+    return {'s': wall, 'cpu_s': ru.ru_utime + ru.ru_stime, 'peak_mib': ru.ru_maxrss / 1024,
+            'out': (out.strip().splitlines() or [''])[-1]}
 
 
 def child(d: str, mode: str):
     d = Path(d)
-    t0 = time.perf_counter()
-    if mode == 'ei':
-        from ei_nb.core import read_frame, read_problems, write_records, shared_data
-        from ei_nb.select import select_problems
-        from ei_nb.eval import score
-        protected = [p for p in read_problems(shared_data('minif2f_dsp15.jsonl')) if p['split'] == 'test']
-        verdicts = read_frame(d / 'verdicts.jsonl', 'verdict', columns=['name', 'sample_idx', 'verdict'])
-        t_read = time.perf_counter() - t0
-        selected, summary, _ = select_problems(read_problems(d / 'pool.jsonl'), verdicts, protected,
-                                               include_zero=True, max_problems=300)
-        write_records(d / 'selected.jsonl', selected, 'problem')
-        t_sel = time.perf_counter() - t0 - t_read
-        stats = score(verdicts, ks=(1, 8, 32))
-        extra = {'selected': summary['selected'], 'solved': stats['solved'], 'read_s': t_read, 'select_s': t_sel,
-                 'stats_s': time.perf_counter() - t0 - t_read - t_sel}
-    else:   # baseline: stdlib JSON loop, counting passes per problem
+    if mode == 'pyarrow':
+        import pyarrow as pa, pyarrow.json as paj, pyarrow.compute as pc
+        s = pa.schema([('name', pa.string()), ('sample_idx', pa.int64()), ('verdict', pa.string())])
+        t = paj.read_json(d / 'verdicts.jsonl', parse_options=paj.ParseOptions(explicit_schema=s, unexpected_field_behavior='ignore'))
+        t = t.append_column('is_pass', pc.equal(t['verdict'], 'pass'))
+        g = t.group_by('name').aggregate([('is_pass', 'sum'), ('is_pass', 'count')])
+        print(json.dumps({'problems': g.num_rows}))
+    elif mode == 'polars':
+        import polars as pl
+        g = (pl.scan_ndjson(d / 'verdicts.jsonl', schema={'name': pl.String, 'sample_idx': pl.Int64, 'verdict': pl.String})
+             .group_by('name').agg(n=pl.len(), c=(pl.col('verdict') == 'pass').sum()).collect())
+        print(json.dumps({'problems': g.height}))
+    else:   # stdlib: a json.loads loop, counting passes per problem
         counts = {}
         with open(d / 'verdicts.jsonl') as f:
             for line in f:
                 r = json.loads(line)
                 n, c = counts.get(r['name'], (0, 0))
                 counts[r['name']] = (n + 1, c + (r['verdict'] == 'pass'))
-        extra = {'problems': len(counts)}
-    seconds = time.perf_counter() - t0
-    print(json.dumps(dict(extra, seconds=seconds, peak_rss_mib=peak_rss_mib())))
+        print(json.dumps({'problems': len(counts)}))
+
+
+def check_cost(path: Path):
+    "CPU seconds of the fast path's extra checks on one file: the UTF-8 scan, and parsing a fourth (number) column."
+    from ei_nb.core import _utf8_ok
+    import pyarrow as pa, pyarrow.json as paj
+    t = time.process_time(); _utf8_ok(path); utf8 = time.process_time() - t
+    base = [('name', pa.string()), ('sample_idx', pa.int64()), ('verdict', pa.string())]
+    cost = {}
+    for label, fields in (('3 columns', base), ('+ verify_s', base + [('verify_s', pa.float64())])):
+        t = time.process_time()
+        paj.read_json(path, parse_options=paj.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior='ignore'))
+        cost[label] = time.process_time() - t
+    print(json.dumps({'utf8_scan_cpu_s': round(utf8, 3), 'parse_cpu_s': {k: round(v, 3) for k, v in cost.items()}}))
 
 
 def main():
@@ -72,33 +96,48 @@ def main():
     ap.add_argument('--sizes', default='10000,30000,100000')
     ap.add_argument('--samples', type=int, default=32)
     ap.add_argument('--workdir', default=None)
+    ap.add_argument('--check-cost', action='store_true')
     ap.add_argument('--child', nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument('--make', nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child: return child(*a.child)
-    env = dict(os.environ, OMP_NUM_THREADS='1')
+    if a.make: return print(make_files(Path(a.make[0]), int(a.make[1]), int(a.make[2])))
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(REPO))
+    ei = shutil.which('ei') or 'ei'
+    from ei_nb.core import shared_data
+    protected = shared_data('minif2f_dsp15.jsonl')
+    modes = ['pyarrow', 'stdlib'] + (['polars'] if _has('polars') else [])
     rows_out = []
     for n in [int(s) for s in a.sizes.split(',')]:
         d = Path(tempfile.mkdtemp(dir=a.workdir, prefix=f'bench_select_{n}_'))
-        n_rows = make_files(d, n, a.samples)
-        res = {}
-        for mode in ('ei', 'json-loop'):
-            out = subprocess.run([sys.executable, __file__, '--child', str(d), mode], capture_output=True, text=True, env=env)
-            if out.returncode: sys.exit(out.stderr)
-            res[mode] = json.loads(out.stdout.strip().splitlines()[-1])
-        r = {'problems': n, 'rows': n_rows, 'ei_s': res['ei']['seconds'], 'ei_rows_per_s': n_rows / res['ei']['seconds'],
-             'ei_peak_mib': res['ei']['peak_rss_mib'], 'read_s': res['ei']['read_s'], 'select_s': res['ei']['select_s'],
-             'stats_s': res['ei']['stats_s'],
-             'loop_s': res['json-loop']['seconds'], 'loop_rows_per_s': n_rows / res['json-loop']['seconds'],
-             'speedup_vs_loop': res['json-loop']['seconds'] / res['ei']['seconds']}
+        made = subprocess.run([sys.executable, __file__, '--make', str(d), str(n), str(a.samples)], env=env, capture_output=True, text=True)
+        if made.returncode: sys.exit(made.stderr)
+        n_rows = int(made.stdout.split()[-1])   # made in a child: this process stays small, and a child's peak RSS is its own
+        sel = measured([ei, 'select', '--pool', str(d/'pool.jsonl'), '--results', str(d/'verdicts.jsonl'), '--protected', str(protected),
+                        '--out', str(d/'selected.jsonl'), '--include-zero', '--max-problems', '300'], env)
+        st = measured([ei, 'stats', '--verified', str(d/'verdicts.jsonl'), '--k', '1,8,32'], env)
+        r = {'problems': n, 'rows': n_rows, 'select_s': sel['s'], 'stats_s': st['s'], 'ei_cpu_s': sel['cpu_s'] + st['cpu_s'],
+             'ei_rows_per_s': n_rows / (sel['s'] + st['s']), 'ei_rows_per_cpu_s': n_rows / (sel['cpu_s'] + st['cpu_s']),
+             'ei_peak_mib': max(sel['peak_mib'], st['peak_mib']), 'solved': json.loads(st['out'])['solved']}
+        for m in modes:
+            res = measured([sys.executable, __file__, '--child', str(d), m], env)
+            r |= {f'{m}_rows_per_s': n_rows / res['s'], f'{m}_rows_per_cpu_s': n_rows / res['cpu_s'], f'{m}_peak_mib': res['peak_mib']}
         rows_out.append(r)
         print(json.dumps(r), flush=True)
-        for f in d.iterdir(): f.unlink()
-        d.rmdir()
-    print('\n| problems | rows | ei_nb s (read / select / stats) | ei_nb M rows/s | peak RSS MiB | json loop M rows/s | speed-up | s per M rows |')
-    print('|---|---|---|---|---|---|---|---|')
+        if a.check_cost and n == max(int(s) for s in a.sizes.split(',')): check_cost(d/'verdicts.jsonl')
+        shutil.rmtree(d)
+    head = ' | '.join(f'{m} M rows/s (per CPU s)' for m in modes)
+    print(f'\n| problems | rows | ei select + stats s | ei M rows/s (per CPU s) | ei peak MiB | {head} |')
+    print('|---|---|---|---|---|' + '---|' * len(modes))
     for r in rows_out:
-        print(f"| {r['problems']:,} | {r['rows']:,} | {r['ei_s']:.2f} ({r['read_s']:.2f} / {r['select_s']:.2f} / {r['stats_s']:.2f}) | {r['ei_rows_per_s']/1e6:.2f} | {r['ei_peak_mib']:.0f} | "
-              f"{r['loop_rows_per_s']/1e6:.2f} | {r['speedup_vs_loop']:.1f}x | {r['ei_s']/r['rows']*1e6:.2f} |")
+        other = ' | '.join(f"{r[f'{m}_rows_per_s']/1e6:.2f} ({r[f'{m}_rows_per_cpu_s']/1e6:.2f})" for m in modes)
+        print(f"| {r['problems']:,} | {r['rows']:,} | {r['select_s']:.2f} + {r['stats_s']:.2f} | {r['ei_rows_per_s']/1e6:.2f} "
+              f"({r['ei_rows_per_cpu_s']/1e6:.2f}) | {r['ei_peak_mib']:.0f} | {other} |")
+
+
+def _has(mod):
+    import importlib.util
+    return importlib.util.find_spec(mod) is not None
 
 
 if __name__ == '__main__':

@@ -4,16 +4,17 @@
 
 # %% ../nbs/03_average.ipynb #8b4766ae
 from __future__ import annotations
-import json, os, sys, time, math, mmap, ctypes, struct, shutil, hashlib, bisect, threading, subprocess, secrets, queue
+import json, os, sys, time, math, ctypes, struct, shutil, bisect, secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from .core import BadInput, atomic_path, fsync_dir, sha256_json
+from .core import BadInput, fsync_dir, sha256_json
+from .average_io import ALIGN, Buf, Src, Dst, Windows, sha256_stream
+from .average_kernel import _KIND, c_kernel, kernel_name, kernel_source
 
 # %% auto #0
-__all__ = ['ITEMSIZE', 'FLOATS', 'SINGLE', 'INDEX', 'FORMATS', 'TIED', 'ALIGN', 'FORMULA', 'COPY_FILES', 'TensorRef',
-           'read_header', 'tensor_refs', 'save_safetensors', 'Checkpoint', 'load_checkpoint', 'round_f64',
-           'compile_kernel', 'kernel_name', 'avg_into', 'OutTensor', 'OutShard', 'plan_average', 'Buf', 'Src', 'Dst',
-           'AverageJob', 'sha256_stream', 'average_checkpoints', 'average_cli']
+__all__ = ['ITEMSIZE', 'FLOATS', 'SINGLE', 'INDEX', 'FORMATS', 'TIED', 'FORMULA', 'COPY_FILES', 'TensorRef', 'read_header',
+           'tensor_refs', 'save_safetensors', 'Checkpoint', 'load_checkpoint', 'round_f64', 'avg_into', 'OutTensor',
+           'OutShard', 'plan_average', 'AverageJob', 'average_checkpoints', 'average_cli']
 
 # %% ../nbs/03_average.ipynb #ca68ef3c
 ITEMSIZE = {'BOOL': 1, 'U8': 1, 'I8': 1, 'F8_E4M3': 1, 'F8_E5M2': 1, 'F8_E8M0': 1, 'I16': 2, 'U16': 2,
@@ -143,271 +144,9 @@ def round_f64(x, # float64 values
     return r.astype(np.uint16 if E + M < 31 else np.uint32).reshape(np.shape(x))
 
 # %% ../nbs/03_average.ipynb #facc354f
-_KERNEL_SRC = r'''/* ei_nb.average kernel: out = ca*a + cb*b evaluated in float64 and rounded ONCE (nearest, ties to even) to the
-   tensor's dtype, written over b. Build with -ffp-contract=off: a fused multiply-add rounds differently. */
-#include <stdint.h>
-#include <string.h>
-#include <stddef.h>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
-static inline uint64_t d2u(double x) { uint64_t u; memcpy(&u, &x, 8); return u; }
-static inline double u2d(uint64_t u) { double x; memcpy(&x, &u, 8); return x; }
-
-/* Round x once to a binary format with E exponent bits and M mantissa bits. */
-static inline uint32_t round_narrow(double x, int E, int M) {
-  uint64_t u = d2u(x), a = u & 0x7fffffffffffffffULL;
-  uint32_t sign = (uint32_t)(u >> 63) << (E + M), inf = ((1u << E) - 1) << M;
-  int B = (1 << (E - 1)) - 1;
-  int64_t e = (int64_t)(a >> 52);
-  if (a > 0x7ff0000000000000ULL) return sign | inf | (uint32_t)((a >> (52 - M)) & ((1u << M) - 1)) | (1u << (M - 1));
-  if (e > 1023 - B) {
-    uint64_t t = a - ((uint64_t)(1023 - B) << 52); int s = 52 - M;
-    t = (t + ((1ULL << (s - 1)) - 1) + ((t >> s) & 1)) >> s;
-    return sign | (t >= inf ? inf : (uint32_t)t);
-  }
-  uint64_t m = (a & 0xfffffffffffffULL) | (e ? (1ULL << 52) : 0);
-  int64_t s = 1076 - B - M - e; if (s > 63) s = 63;
-  return sign | (uint32_t)((m + ((1ULL << (s - 1)) - 1) + ((m >> s) & 1)) >> s);
-}
-static inline double dec(int kind, const uint8_t *p, size_t i) {
-  if (kind == 0) { uint16_t h; memcpy(&h, p + 2*i, 2); uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
-  if (kind == 1) { uint16_t h; memcpy(&h, p + 2*i, 2);
-    uint64_t s = (uint64_t)(h >> 15) << 63; uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    if (e == 0) return u2d(s | d2u((double)m * 0x1p-24));
-    return u2d(s | ((uint64_t)(e == 31 ? 0x7ff : e + 1008) << 52) | ((uint64_t)m << 42)); }
-  if (kind == 2) { float f; memcpy(&f, p + 4*i, 4); return f; }
-  double d; memcpy(&d, p + 8*i, 8); return d;
-}
-static void avg_scalar(int kind, const uint8_t *a, uint8_t *bo, size_t i, size_t n, double ca, double cb, double *acc) {
-  for (; i < n; i++) {
-    double x = dec(kind, a, i), r = ca * x + cb * dec(kind, bo, i);
-    if (acc) { acc[0] += (r - x) * (r - x); acc[1] += x * x; }
-    if (kind == 0) { uint16_t o = (uint16_t)round_narrow(r, 8, 7); memcpy(bo + 2*i, &o, 2); }
-    else if (kind == 1) { uint16_t o = (uint16_t)round_narrow(r, 5, 10); memcpy(bo + 2*i, &o, 2); }
-    else if (kind == 2) { uint32_t o = round_narrow(r, 8, 23); memcpy(bo + 4*i, &o, 4); }
-    else memcpy(bo + 8*i, &r, 8);
-  }
-}
-static void stats_scalar(int kind, const uint8_t *a, const uint8_t *o, size_t i, size_t n, double *acc) {
-  for (; i < n; i++) { double x = dec(kind, a, i), d = dec(kind, o, i) - x; acc[0] += d * d; acc[1] += x * x; }
-}
-
-#if defined(__AVX2__) && defined(__F16C__)
-#define SIMD 1
-/* 4 doubles -> float32 bits rounded to odd (truncated, last bit set if inexact). Rounding these to nearest-even
-   in bf16 or fp16 gives the same bits as rounding the doubles once: float32 keeps >= 2 more bits everywhere. */
-static inline __m128i to_odd_f32(__m256d r) {
-  const __m256d absm = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffLL));
-  const __m256i pick = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-  __m128 f = _mm256_cvtpd_ps(r);
-  __m256d back = _mm256_cvtps_pd(f);
-  __m256d away = _mm256_cmp_pd(_mm256_and_pd(back, absm), _mm256_and_pd(r, absm), _CMP_GT_OQ);
-  __m256d inex = _mm256_cmp_pd(back, r, _CMP_NEQ_OQ);
-  __m128i away32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(away), pick));
-  __m128i inex32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(inex), pick));
-  return _mm_or_si128(_mm_add_epi32(_mm_castps_si128(f), away32), _mm_srli_epi32(inex32, 31));
-}
-static inline void load8(int kind, const uint8_t *p, __m256d *lo, __m256d *hi) {
-  __m256 f = kind == 0
-    ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16))
-    : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-  *lo = _mm256_cvtps_pd(_mm256_castps256_ps128(f));
-  *hi = _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1));
-}
-static inline __m128i f32bits_to_bf16(__m256i b) {
-  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)),
-                               _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1))), 16);
-  __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-  r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(0x40)), nan);
-  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xd8));
-}
-static inline __m128i pack_lo32(__m256i x) {   /* the low 32 bits of each 64-bit lane */
-  return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(x, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7)));
-}
-/* bf16 bits of 4 doubles rounded once to nearest-even, straight from the float64 bits; lanes that are not zero
-   or in bf16's normal range (subnormal, overflow, inf, NaN) are flagged in *bad and redone by to_odd_f32. */
-static inline __m256i bf16_direct(__m256d r, __m256i *bad) {
-  __m256i u = _mm256_castpd_si256(r), a = _mm256_and_si256(u, _mm256_set1_epi64x(0x7fffffffffffffffLL));
-  __m256i zero = _mm256_cmpeq_epi64(a, _mm256_setzero_si256());
-  __m256i ok = _mm256_or_si256(zero, _mm256_and_si256(_mm256_cmpgt_epi64(a, _mm256_set1_epi64x((897LL << 52) - 1)),
-                                                       _mm256_cmpgt_epi64(_mm256_set1_epi64x(1151LL << 52), a)));
-  *bad = _mm256_or_si256(*bad, _mm256_xor_si256(ok, _mm256_set1_epi64x(-1)));
-  __m256i t = _mm256_add_epi64(_mm256_add_epi64(a, _mm256_set1_epi64x((1LL << 44) - 1)),
-                               _mm256_and_si256(_mm256_srli_epi64(a, 45), _mm256_set1_epi64x(1)));
-  t = _mm256_andnot_si256(zero, _mm256_sub_epi64(_mm256_srli_epi64(t, 45), _mm256_set1_epi64x(896LL << 7)));
-  return _mm256_or_si256(t, _mm256_and_si256(_mm256_srli_epi64(u, 48), _mm256_set1_epi64x(0x8000)));
-}
-static inline void acc2(__m256d *s0, __m256d *s1, __m256d r, __m256d a) {
-  __m256d d = _mm256_sub_pd(r, a);
-  *s0 = _mm256_add_pd(*s0, _mm256_mul_pd(d, d)); *s1 = _mm256_add_pd(*s1, _mm256_mul_pd(a, a));
-}
-static inline void flush2(__m256d s0, __m256d s1, double *acc) {
-  double t0[4], t1[4]; _mm256_storeu_pd(t0, s0); _mm256_storeu_pd(t1, s1);
-  acc[0] += (t0[0] + t0[1]) + (t0[2] + t0[3]); acc[1] += (t1[0] + t1[1]) + (t1[2] + t1[3]);
-}
-/* mode 0 with AVX2; also sums (r - a)^2 and a^2 with r before its final rounding, when acc is given */
-static size_t avg_simd(int kind, const uint8_t *a, uint8_t *bo, size_t n, double ca, double cb, double *acc) {
-  const __m256d va = _mm256_set1_pd(ca), vb = _mm256_set1_pd(cb);
-  __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-  size_t i = 0;
-  if (kind <= 1) {
-    for (; i + 8 <= n; i += 8) {
-      __m256d al, ah, bl, bh;
-      load8(kind, a + 2*i, &al, &ah); load8(kind, bo + 2*i, &bl, &bh);
-      __m256d rl = _mm256_add_pd(_mm256_mul_pd(va, al), _mm256_mul_pd(vb, bl));
-      __m256d rh = _mm256_add_pd(_mm256_mul_pd(va, ah), _mm256_mul_pd(vb, bh));
-      if (acc) { acc2(&s0, &s1, rl, al); acc2(&s0, &s1, rh, ah); }
-      __m128i o = _mm_setzero_si128();
-      __m256i bad = _mm256_set1_epi64x(-1);
-      if (kind == 0) {
-        bad = _mm256_setzero_si256();
-        __m256i xl = bf16_direct(rl, &bad), xh = bf16_direct(rh, &bad);
-        __m256i x32 = _mm256_set_m128i(pack_lo32(xh), pack_lo32(xl));
-        o = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(x32, x32), 0xd8));
-      }
-      if (!_mm256_testz_si256(bad, bad)) {
-        __m256i odd = _mm256_set_m128i(to_odd_f32(rh), to_odd_f32(rl));
-        o = kind == 0 ? f32bits_to_bf16(odd)
-                      : _mm256_cvtps_ph(_mm256_castsi256_ps(odd), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      }
-      _mm_storeu_si128((__m128i *)(bo + 2*i), o);
-    }
-  } else if (kind == 2) {
-    for (; i + 4 <= n; i += 4) {
-      __m256d x = _mm256_cvtps_pd(_mm_loadu_ps((const float *)(a + 4*i))), y = _mm256_cvtps_pd(_mm_loadu_ps((const float *)(bo + 4*i)));
-      __m256d r = _mm256_add_pd(_mm256_mul_pd(va, x), _mm256_mul_pd(vb, y));
-      if (acc) acc2(&s0, &s1, r, x);
-      _mm_storeu_ps((float *)(bo + 4*i), _mm256_cvtpd_ps(r));
-    }
-  } else {
-    for (; i + 4 <= n; i += 4) {
-      __m256d x = _mm256_loadu_pd((const double *)(a + 8*i)), y = _mm256_loadu_pd((const double *)(bo + 8*i));
-      __m256d r = _mm256_add_pd(_mm256_mul_pd(va, x), _mm256_mul_pd(vb, y));
-      if (acc) acc2(&s0, &s1, r, x);
-      _mm256_storeu_pd((double *)(bo + 8*i), r);
-    }
-  }
-  if (acc) flush2(s0, s1, acc);
-  return i;
-}
-/* the sums for modes 1 and 2, where out is a copy: (out - a)^2 and a^2 */
-static size_t stats_simd(int kind, const uint8_t *a, const uint8_t *o, size_t n, double *acc) {
-  __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-  size_t i = 0;
-  if (kind <= 1) {
-    for (; i + 8 <= n; i += 8) {
-      __m256d al, ah, ol, oh;
-      load8(kind, a + 2*i, &al, &ah); load8(kind, o + 2*i, &ol, &oh);
-      acc2(&s0, &s1, ol, al); acc2(&s0, &s1, oh, ah);
-    }
-  } else {
-    for (; i + 4 <= n; i += 4) {
-      __m256d x = kind == 2 ? _mm256_cvtps_pd(_mm_loadu_ps((const float *)(a + 4*i))) : _mm256_loadu_pd((const double *)(a + 8*i));
-      __m256d y = kind == 2 ? _mm256_cvtps_pd(_mm_loadu_ps((const float *)(o + 4*i))) : _mm256_loadu_pd((const double *)(o + 8*i));
-      acc2(&s0, &s1, y, x);
-    }
-  }
-  flush2(s0, s1, acc);
-  return i;
-}
-#else
-#define SIMD 0
-#endif
-
-int ei_avg_simd(void) { return SIMD; }
-
-/* kind: 0 bf16, 1 fp16, 2 fp32, 3 fp64. mode: 0 average, 1 out = a (weight 0), 2 out = b (weight 1).
-   stats (optional): += sum (out - a)^2 (out before its final rounding in mode 0), += sum a^2.
-   Returns 0, or -1 for a bad kind or mode. */
-int ei_avg(int kind, int mode, const void *a_, void *bo_, size_t n, double ca, double cb, double *stats) {
-  const uint8_t *a = (const uint8_t *)a_; uint8_t *bo = (uint8_t *)bo_;
-  static const size_t isz[4] = {2, 2, 4, 8};
-  if (kind < 0 || kind > 3 || mode < 0 || mode > 2) return -1;
-#if defined(__x86_64__)
-  unsigned int csr = _mm_getcsr();
-  _mm_setcsr(0x1f80u);  /* round to nearest, all exceptions masked, no flush-to-zero, no denormals-are-zero */
-#endif
-  for (size_t i0 = 0; i0 < n; i0 += 4096) {
-    size_t m = n - i0 < 4096 ? n - i0 : 4096, i = 0, sz = isz[kind];
-    const uint8_t *pa = a + i0 * sz; uint8_t *pb = bo + i0 * sz;
-    if (mode == 0) {
-#if SIMD
-      i = avg_simd(kind, pa, pb, m, ca, cb, stats);
-#endif
-      avg_scalar(kind, pa, pb, i, m, ca, cb, stats);
-      continue;
-    }
-    if (mode == 1) memcpy(pb, pa, m * sz);
-    if (stats) {
-      i = 0;
-#if SIMD
-      i = stats_simd(kind, pa, pb, m, stats);
-#endif
-      stats_scalar(kind, pa, pb, i, m, stats);
-    }
-  }
-#if defined(__x86_64__)
-  _mm_setcsr(csr);
-#endif
-  return 0;
-}
-'''
-
-# %% ../nbs/03_average.ipynb #41cff41c
-_KERNEL = {}
-
-def _cache_dirs() -> list[Path]:
-    import tempfile
-    return [Path(os.environ.get('EI_CACHE') or Path.home()/'.cache'/'ei_nb')/'kernels',
-            Path(tempfile.gettempdir())/f'ei_nb-kernels-{os.getuid() if hasattr(os, "getuid") else 0}']
-
-def _cpu_flags() -> str:
-    try: return next((l for l in open('/proc/cpuinfo') if l.startswith(('flags', 'Features'))), '')
-    except OSError: return ''
-
-def compile_kernel(cache_dir=None) -> Path|None:
-    "Build the C kernel once per machine (gcc -O3 -ffp-contract=off); its path, or None without a compiler."
-    cc = os.environ.get('CC', 'gcc')
-    if not shutil.which(cc): return None
-    for d in ([Path(cache_dir)] if cache_dir else _cache_dirs()):
-        for flags in (['-march=native'], []):
-            args = ['-O3', '-ffp-contract=off', '-fno-fast-math', '-shared', '-fPIC', *flags]
-            key = hashlib.sha256('\n'.join([_KERNEL_SRC, cc, *args, _cpu_flags()]).encode()).hexdigest()[:16]
-            so = d/f'average-{key}.so'
-            if so.exists(): return so
-            try:
-                d.mkdir(parents=True, exist_ok=True)
-                with atomic_path(so.with_suffix('.c')) as c: c.write_text(_KERNEL_SRC)
-                with atomic_path(so) as tmp:
-                    subprocess.run([cc, *args, '-o', str(tmp), str(so.with_suffix('.c'))], check=True, capture_output=True)
-                return so
-            except (subprocess.CalledProcessError, OSError): continue   # no such flag here, or an unwritable cache
-    return None
-
-def _c_kernel():
-    if 'c' not in _KERNEL:
-        so = compile_kernel()
-        lib = ctypes.CDLL(str(so)) if so else None
-        if lib:
-            lib.ei_avg.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
-                                   ctypes.c_double, ctypes.c_double, ctypes.c_void_p]
-            lib.ei_avg.restype = ctypes.c_int
-        _KERNEL['c'] = lib
-    return _KERNEL['c']
-
-def kernel_name(kernel:str='auto') -> str:
-    "Which kernel `kernel` ('auto', 'c' or 'numpy'; env `EI_AVERAGE_KERNEL`) resolves to: 'avx2', 'c' or 'numpy'."
-    kernel = os.environ.get('EI_AVERAGE_KERNEL', kernel) if kernel == 'auto' else kernel
-    if kernel not in ('auto', 'c', 'numpy'): raise BadInput(f'unknown kernel {kernel!r}: use auto, c or numpy')
-    lib = None if kernel == 'numpy' else _c_kernel()
-    if lib is None and kernel == 'c': raise BadInput('the C kernel could not be compiled (is gcc installed?)')
-    return 'numpy' if lib is None else ('avx2' if lib.ei_avg_simd() else 'c')
+_KERNEL_SRC = kernel_source()   # the kernel's C source, for checks that build it their own way
 
 # %% ../nbs/03_average.ipynb #edc40349
-_KIND = {'BF16': 0, 'F16': 1, 'F32': 2, 'F64': 3}
-
 def _decode(raw, dtype:str):
     import numpy as np
     if dtype == 'BF16': return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
@@ -445,7 +184,7 @@ def avg_into(dtype:str, # 'BF16', 'F16', 'F32' or 'F64'
     n = len(bo) // es
     if len(a) < n * es or len(bo) != n * es: raise ValueError('a and bo must hold the same number of elements')
     mode = 1 if ft_weight == 0 else 2 if ft_weight == 1 else 0
-    lib = None if kernel_name(kernel) == 'numpy' else _c_kernel()
+    lib = None if kernel_name(kernel) == 'numpy' else c_kernel()
     if lib is None: return _numpy_avg(dtype, mode, a, bo, n, 1.0 - ft_weight, ft_weight, stats)
     lib.ei_avg(_KIND[dtype], mode, a.ctypes.data, bo.ctypes.data, n, 1.0 - ft_weight, float(ft_weight),
                None if stats is None else stats.ctypes.data)
@@ -502,111 +241,17 @@ def plan_average(anchor:Checkpoint, ft:Checkpoint) -> tuple[list[OutShard], list
     return list(shards.values()), notes
 
 # %% ../nbs/03_average.ipynb #49932aac
-ALIGN = 4096   # O_DIRECT granularity: offsets, lengths and buffer addresses are multiples of it
-
-def _up(n:int) -> int: return -(-n // ALIGN) * ALIGN
-
-_LIBC = {}
-def _libc():
-    if 'lib' not in _LIBC:
-        try:
-            lib = ctypes.CDLL(None, use_errno=True)
-            lib.mmap.restype, lib.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-            lib.munmap.argtypes, lib.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t], [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-        except (OSError, AttributeError): lib = None
-        _LIBC['lib'] = lib
-    return _LIBC['lib']
-
-class Buf:
-    "A page-aligned buffer of anonymous memory (what O_DIRECT needs): `mv` to read and write it, `addr` for C."
-    def __init__(self, n:int):
-        self.mm = mmap.mmap(-1, n)
-        self.mv, self.addr = memoryview(self.mm), ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
-    def array(self):
-        "The buffer as a numpy uint8 array (no copy)."
-        import numpy as np
-        return np.frombuffer(self.mm, np.uint8)
-
-def _pread(fd:int, mv:memoryview, off:int, need:int):
-    got = 0
-    while got < need:
-        r = os.preadv(fd, [mv[got:]], off + got)
-        if r <= 0: raise BadInput(f'input file ended early at byte {off + got} (changed while averaging?)')
-        got += r
-
-_LOWBIT = bytes(i & 1 for i in range(256))
-
-class Src:
-    "Positioned reads of one file: from the page cache where the range is resident, else with O_DIRECT."
-    def __init__(self, path, direct:bool=True):
-        self.path, self.fd, self.dfd, self.map = str(path), os.open(path, os.O_RDONLY), None, None
-        self.size = os.fstat(self.fd).st_size
-        if direct and hasattr(os, 'O_DIRECT'):
-            try: self.dfd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-            except OSError: pass
-        if self.dfd is not None and _libc() and self.size:
-            addr = _libc().mmap(None, self.size, mmap.PROT_READ, mmap.MAP_SHARED, self.fd, 0)
-            self.map = addr if addr not in (None, ctypes.c_void_p(-1).value) else None
-
-    def resident(self, off:int, n:int) -> bool:
-        "Whether bytes `[off, off+n)` are all in the page cache (False when that cannot be told)."
-        if self.map is None: return False
-        a0 = off - off % mmap.PAGESIZE
-        length = min(off + n, self.size) - a0
-        vec = (ctypes.c_ubyte * -(-length // mmap.PAGESIZE))()
-        if _libc().mincore(ctypes.c_void_p(self.map + a0), length, vec) != 0: return False
-        return bytes(vec).translate(_LOWBIT).count(0) == 0      # bit 0 of each byte: page resident
-
-    def read(self, buf:Buf, off:int, n:int) -> int:
-        "Read bytes `[off, off+n)` into `buf` (`n + 2*ALIGN` long); they land at `buf.mv[k:k+n]`, and `k` is returned."
-        k = off % ALIGN
-        if self.dfd is None or self.resident(off, n): _pread(self.fd, buf.mv[k:k + n], off, n)
-        else: _pread(self.dfd, buf.mv[:_up(k + n)], off - k, k + n)
-        return k
-
-    def close(self):
-        if self.map is not None: _libc().munmap(ctypes.c_void_p(self.map), self.size); self.map = None
-        for fd in (self.fd, self.dfd):
-            if fd is not None: os.close(fd)
-        self.fd = self.dfd = None
-
-class Dst:
-    "One output file written at positions; with O_DIRECT, lengths are padded to `ALIGN` and the file cut to size at the end."
-    def __init__(self, path, size:int, direct:bool=True):
-        flags, self.fd, self.direct, self.size = os.O_WRONLY | os.O_CREAT | os.O_EXCL, None, False, size
-        if direct and hasattr(os, 'O_DIRECT'):
-            try: self.fd, self.direct = os.open(path, flags | os.O_DIRECT, 0o644), True
-            except OSError: pass
-        if self.fd is None: self.fd = os.open(path, flags, 0o644)
-        try: os.posix_fallocate(self.fd, 0, max(size, 1))   # a full disk fails here, not half-way
-        except OSError as e:
-            if e.errno == 28: os.close(self.fd); raise
-
-    def write(self, buf:Buf, off:int, n:int):
-        done, length = 0, (_up(n) if self.direct else n)
-        while done < length: done += os.pwrite(self.fd, buf.mv[done:length], off + done)
-
-    def finish(self):
-        os.ftruncate(self.fd, self.size); os.fsync(self.fd); os.close(self.fd); self.fd = None
-
-    def close(self):
-        if self.fd is not None: os.close(self.fd); self.fd = None
-
-# %% ../nbs/03_average.ipynb #a541aa61
 class AverageJob:
     "Average the planned `shards` into `out_dir` with worker threads; `run` returns the sha256 of each shard and per-tensor sums."
     def __init__(self, shards:list, out_dir, ft_weight:float, chunk:int=4 << 20, kernel:str='auto', direct:bool=True):
-        self.shards, self.w, self.chunk = shards, float(ft_weight), chunk
-        self.lib = None if kernel_name(kernel) == 'numpy' else _c_kernel()
+        self.shards, self.w, self.chunk, self.stats = shards, float(ft_weight), chunk, {}
+        self.lib = None if kernel_name(kernel) == 'numpy' else c_kernel()
         self.srcs, self.dsts = {}, []
         try:
             for p in sorted({s.src for s in shards} | {t.anchor.path for s in shards for t in s.tensors}): self.srcs[p] = Src(p, direct)
             for s in shards: self.dsts.append(Dst(Path(out_dir)/s.name, s.size, direct))
         except BaseException: self.close(); raise
         self.todo = [(i, k, o0, min(o0 + chunk, s.size)) for i, s in enumerate(shards) for k, o0 in enumerate(range(0, s.size, chunk))]
-        self.next, self.lock, self.free, self.done = 0, threading.Lock(), queue.SimpleQueue(), queue.SimpleQueue()
-        self.hashes = [hashlib.sha256() for _ in shards]
-        self.stats, self.error, self.stop = {}, None, False
 
     def _avg(self, dtype:str, abuf:Buf, ak:int, wbuf:Buf, wk:int, nbytes:int, stats):
         lib, mode = self.lib, (1 if self.w == 0 else 2 if self.w == 1 else 0)
@@ -636,60 +281,23 @@ class AverageJob:
         if b0 % es: wbuf.mv[t.start + b0 - o0:t.start - o0 + (b0 // es + 1) * es] = self._element(shard, t, b0 // es)[b0 % es:]
         if b1 % es: wbuf.mv[t.start + b1 - b1 % es - o0:t.start + b1 - o0] = self._element(shard, t, b1 // es)[:b1 % es]
 
-    def _window(self, win, wbuf:Buf, abuf:Buf, stats:dict):
-        i, k, o0, o1 = win
+    def _window(self, win, wbuf:Buf, scratch) -> int:
+        (i, k, o0, o1), (abuf, stats) = win, scratch
         shard = self.shards[i]
         self.srcs[shard.src].read(wbuf, o0, o1 - o0)
         for t in shard.overlapping(o0, o1): self._piece(shard, t, o0, o1, wbuf, abuf, stats)
         self.dsts[i].write(wbuf, o0, o1 - o0)
-        self.done.put((i, k, wbuf, o1 - o0))
+        return o1 - o0
 
-    def _worker(self):
-        try:
-            abuf, stats = Buf(self.chunk + 2 * ALIGN), {}
-            while not self.stop:
-                wbuf = self.free.get()           # a buffer first, then a window: an assigned window always gets done
-                if wbuf is None or self.stop: break
-                with self.lock:
-                    if self.next == len(self.todo): break
-                    win, self.next = self.todo[self.next], self.next + 1
-                self._window(win, wbuf, abuf, stats)
-            with self.lock:
-                for name, (s0, s1) in stats.items():
-                    old = self.stats.get(name, (0.0, 0.0)); self.stats[name] = (old[0] + s0, old[1] + s1)
-        except BaseException as e:
-            self.error, self.stop = self.error or e, True
-            for _ in range(self.nworkers): self.free.put(None)   # wake the workers waiting for a buffer
-
-    def _hasher(self):
-        "Take finished windows in any order, hash each shard's windows in order, recycle the buffers."
-        pending, nxt = {}, [0] * len(self.shards)
-        while (item := self.done.get()) is not None:
-            pending[item[:2]] = item
-            i = item[0]
-            while (i, nxt[i]) in pending:
-                _, _, buf, n = pending.pop((i, nxt[i]))
-                self.hashes[i].update(buf.mv[:n]); nxt[i] += 1
-                self.free.put(buf)
+    def _merge(self, scratch):
+        for name, (s0, s1) in scratch[1].items():
+            old = self.stats.get(name, (0.0, 0.0)); self.stats[name] = (old[0] + s0, old[1] + s1)
 
     def run(self, threads:int=2) -> tuple[list[str], dict]:
-        n = self.nworkers = max(1, min(threads, len(self.todo)))
-        for _ in range(n + 4): self.free.put(Buf(self.chunk + ALIGN))
-        hasher = threading.Thread(target=self._hasher, daemon=True); hasher.start()
-        workers = [threading.Thread(target=self._worker, daemon=True) for _ in range(n)]
-        for w in workers: w.start()
-        try:
-            for w in workers: w.join()
-        except BaseException:
-            self.stop = True
-            for w in workers: self.free.put(None)
-            for w in workers: w.join()
-            raise
-        finally:
-            self.done.put(None); hasher.join()
-        if self.error: raise self.error
+        sums = Windows(self.todo, len(self.shards), self.chunk + ALIGN, self._window,
+                       scratch=lambda: (Buf(self.chunk + 2 * ALIGN), {}), merge=self._merge).run(threads)
         for d in self.dsts: d.finish()
-        return [h.hexdigest() for h in self.hashes], self.stats
+        return sums, self.stats
 
     def close(self):
         for s in self.srcs.values(): s.close()
@@ -711,15 +319,6 @@ def _fingerprint(ck:Checkpoint) -> dict:
         return {'file': p.name, 'bytes': st.st_size, 'mtime_ns': st.st_mtime_ns}
     files = [one(ck.dir/f) | {'header_sha256': sha256_json(read_header(ck.dir/f)[0])} for f in ck.files]
     return {'dir': str(ck.dir.resolve()), 'weights': files, 'other': [one(p) for p in _files_to_copy(ck.dir)]}
-
-def sha256_stream(path, direct:bool=True, chunk:int=8 << 20) -> str:
-    "sha256 of a file read with `Src` (O_DIRECT when cold), in one reused buffer."
-    src, buf, h = Src(path, direct), Buf(chunk + 2 * ALIGN), hashlib.sha256()
-    try:
-        for off in range(0, src.size, chunk):
-            n = min(chunk, src.size - off); k = src.read(buf, off, n); h.update(buf.mv[k:k + n])
-    finally: src.close()
-    return h.hexdigest()
 
 def _finished(out:Path, request:str, verify:bool) -> dict|None:
     try: rec = json.loads((out/'average.json').read_text())
@@ -762,6 +361,64 @@ def _relative(s) -> float|None:
 # %% ../nbs/03_average.ipynb #95bb4d9f
 def _say(*args): print(*args, file=sys.stderr, flush=True)
 
+def _check_args(ft_weight, chunk:int, threads, direct) -> tuple[float, int, bool]:
+    "The weight as a float in [0, 1], the thread count and the I/O mode; refuse a bad weight or window size."
+    try: w = float(ft_weight)
+    except (TypeError, ValueError): w = math.nan
+    if not 0 <= w <= 1: raise BadInput(f'ft_weight must be in [0, 1], got {ft_weight!r}')
+    if chunk < ALIGN or chunk % ALIGN: raise BadInput(f'chunk must be a positive multiple of {ALIGN}, got {chunk}')
+    direct = (os.environ.get('EI_AVERAGE_DIRECT', '1') != '0') if direct is None else bool(direct)
+    return w, max(1, int(threads or 12)), direct
+
+def _plan(anchor, finetuned, out:Path, ft_weight:float):
+    "Both checkpoints, the plan, its notes on ties and the request (what identifies this average); refusals first."
+    A, F = load_checkpoint(anchor), load_checkpoint(finetuned)
+    if not (F.dir/'config.json').is_file(): raise BadInput(f'{F.dir}: no config.json')
+    if out.resolve() in (A.dir.resolve(), F.dir.resolve()): raise BadInput(f'{out}: the output must not be an input')
+    shards, notes = plan_average(A, F)
+    return A, F, shards, notes, {'format': 1, 'anchor': _fingerprint(A), 'finetuned': _fingerprint(F), 'ft_weight': ft_weight}
+
+def _earlier(out:Path, req:str, verify:bool, force:bool) -> dict|None:
+    "The record of this very average if `out` holds it intact; refuse an `out` that is something else (unless `force`)."
+    if out.exists() and not out.is_dir(): raise BadInput(f'{out}: exists and is not a directory')
+    if out.is_dir() and (rec := _finished(out, req, verify)): return rec
+    if out.is_dir() and any(out.iterdir()) and not (out/'average.json').exists() and not force:
+        raise BadInput(f'{out}: exists and is not an earlier average; pass force=True (--force) to replace it')
+    return None
+
+def _write_index(F:Checkpoint, shards:list, tmp:Path):
+    if F.index is None: return
+    index = dict(F.index) | {'metadata': dict(F.index.get('metadata') or {}) | {'total_size': sum(t.nbytes for s in shards for t in s.tensors)}}
+    _write_fsync(tmp/INDEX, (json.dumps(index, indent=2, sort_keys=True) + '\n').encode())
+
+def _record(A, F, shards, notes, request, sums, stats, run:dict) -> dict:
+    "The `average.json` record: formula, inputs, each shard's sha256, ties, how it ran, per-tensor relative change."
+    w, total = request['ft_weight'], sum(s.size for s in shards)
+    return {'stage': 'average', 'formula': FORMULA, 'ft_weight': w, 'anchor_weight': 1.0 - w,
+            'anchor': str(A.dir.resolve()), 'finetuned': str(F.dir.resolve()), 'request_sha256': sha256_json(request),
+            'shards': [{'file': s.name, 'bytes': s.size, 'sha256': h} for s, h in zip(shards, sums)],
+            'index': INDEX if F.index is not None else None, 'copied': run['copied'], 'tied': notes,
+            'tensors': sum(len(s.tensors) for s in shards), 'bytes_written': total, 'kernel': run['kernel'],
+            'threads': run['threads'], 'chunk': run['chunk'], 'direct_io': run['direct_io'],
+            'seconds': round(run['dt'], 3), 'gb_per_s': round(total / run['dt'] / 1e9, 3),
+            'relative_change': {t.name: _relative(stats.get(t.name, (0.0, 0.0))) for s in shards for t in s.tensors},
+            'inputs': request}
+
+def _average_to(tmp:Path, A, F, shards, notes, request, opts:dict, t0:float) -> dict:
+    "Write the whole average into the empty directory `tmp`: shards, copied files, index, `average.json`."
+    kname = opts['kernel']
+    job = AverageJob(shards, tmp, request['ft_weight'], opts['chunk'], kname if kname == 'numpy' else 'c', opts['direct_io'])
+    try: sums, stats = job.run(opts['threads'])
+    finally: job.close()
+    copied = []
+    for p in _files_to_copy(F.dir): _write_fsync(tmp/p.name, p.read_bytes()); copied.append(p.name)
+    _write_index(F, shards, tmp)
+    rec = _record(A, F, shards, notes, request, sums, stats, opts | {'copied': copied, 'dt': time.perf_counter() - t0})
+    _write_fsync(tmp/'average.json', (json.dumps(rec, indent=2) + '\n').encode())
+    fsync_dir(tmp)
+    return rec
+
+# %% ../nbs/03_average.ipynb #f0288f07
 def average_checkpoints(anchor, # anchor model dir: the original base model (`anchor = original`) or the round's input (`previous`)
                         finetuned, # fine-tuned (merged SFT) model dir; the output follows its sharding and files
                         out, # output model dir, created atomically
@@ -776,60 +433,24 @@ def average_checkpoints(anchor, # anchor model dir: the original base model (`an
                        ) -> dict:
     "Average two safetensors checkpoints into `out`; returns the `average.json` record plus tensors, bytes_written, seconds, gb_per_s, skipped."
     t0, log = time.perf_counter(), log or _say
-    try: w = float(ft_weight)
-    except (TypeError, ValueError): w = math.nan
-    if not 0 <= w <= 1: raise BadInput(f'ft_weight must be in [0, 1], got {ft_weight!r}')
-    if chunk < ALIGN or chunk % ALIGN: raise BadInput(f'chunk must be a positive multiple of {ALIGN}, got {chunk}')
-    ft_weight, threads = w, max(1, int(threads or 12))
-    direct = (os.environ.get('EI_AVERAGE_DIRECT', '1') != '0') if direct is None else bool(direct)
+    ft_weight, threads, direct = _check_args(ft_weight, chunk, threads, direct)
     out = Path(out).absolute()
-    A, F = load_checkpoint(anchor), load_checkpoint(finetuned)
-    if not (F.dir/'config.json').is_file(): raise BadInput(f'{F.dir}: no config.json')
-    if out.resolve() in (A.dir.resolve(), F.dir.resolve()): raise BadInput(f'{out}: the output must not be an input')
-    shards, notes = plan_average(A, F)
-    request = {'format': 1, 'anchor': _fingerprint(A), 'finetuned': _fingerprint(F), 'ft_weight': ft_weight}
-    req = sha256_json(request)
-    n_tensors = sum(len(s.tensors) for s in shards)
-    if out.exists() and not out.is_dir(): raise BadInput(f'{out}: exists and is not a directory')
-    if out.is_dir() and (rec := _finished(out, req, verify)):
-        dt = time.perf_counter() - t0
+    A, F, shards, notes, request = _plan(anchor, finetuned, out, ft_weight)
+    n_tensors, total = sum(len(s.tensors) for s in shards), sum(s.size for s in shards)
+    if rec := _earlier(out, sha256_json(request), verify, force):
         log(f'average: {out} already holds this average (ft_weight {ft_weight}, {len(shards)} shards checked): skipping')
-        return rec | {'tensors': n_tensors, 'bytes_written': 0, 'seconds': round(dt, 3), 'gb_per_s': 0.0, 'skipped': True, 'out': str(out)}
-    if out.is_dir() and any(out.iterdir()) and not (out/'average.json').exists() and not force:
-        raise BadInput(f'{out}: exists and is not an earlier average; pass force=True (--force) to replace it')
-    kname = kernel_name(kernel)
-    total = sum(s.size for s in shards)
+        return rec | {'tensors': n_tensors, 'bytes_written': 0, 'seconds': round(time.perf_counter() - t0, 3), 'gb_per_s': 0.0,
+                      'skipped': True, 'out': str(out)}
+    opts = {'kernel': kernel_name(kernel), 'threads': threads, 'chunk': chunk, 'direct_io': direct}
     log(f'average: {n_tensors} tensors, {len(shards)} shard(s), {total/1e9:.3f} GB, ft_weight {ft_weight}, '
-        f'kernel {kname}, {threads} threads, {"O_DIRECT" if direct else "buffered"} I/O')
+        f'kernel {opts["kernel"]}, {threads} threads, {"O_DIRECT" if direct else "buffered"} I/O')
     if out.is_dir() and any(out.iterdir()): log(f'average: {out} holds something else: it will be replaced when the new average is complete')
     out.parent.mkdir(parents=True, exist_ok=True)
     _clean_stale(out)
     tmp = out.parent/f'.{out.name}.avg-{os.getpid()}-{secrets.token_hex(4)}.tmp'
     tmp.mkdir()
-    try:
-        job = AverageJob(shards, tmp, ft_weight, chunk, kname if kname == 'numpy' else 'c', direct)
-        try: sums, stats = job.run(threads)
-        finally: job.close()
-        copied = []
-        for p in _files_to_copy(F.dir): _write_fsync(tmp/p.name, p.read_bytes()); copied.append(p.name)
-        if F.index is not None:
-            index = dict(F.index) | {'metadata': dict(F.index.get('metadata') or {}) | {'total_size': sum(t.nbytes for s in shards for t in s.tensors)}}
-            _write_fsync(tmp/INDEX, (json.dumps(index, indent=2, sort_keys=True) + '\n').encode())
-        dt = time.perf_counter() - t0
-        rec = {'stage': 'average', 'formula': FORMULA, 'ft_weight': ft_weight, 'anchor_weight': 1.0 - ft_weight,
-               'anchor': str(A.dir.resolve()), 'finetuned': str(F.dir.resolve()), 'request_sha256': req,
-               'shards': [{'file': s.name, 'bytes': s.size, 'sha256': h} for s, h in zip(shards, sums)],
-               'index': INDEX if F.index is not None else None, 'copied': copied, 'tied': notes,
-               'tensors': n_tensors, 'bytes_written': total, 'kernel': kname, 'threads': threads, 'chunk': chunk,
-               'direct_io': direct, 'seconds': round(dt, 3), 'gb_per_s': round(total / dt / 1e9, 3),
-               'relative_change': {name: _relative(stats.get(name, (0.0, 0.0))) for s in shards for name in (t.name for t in s.tensors)},
-               'inputs': request}
-        _write_fsync(tmp/'average.json', (json.dumps(rec, indent=2) + '\n').encode())
-        fsync_dir(tmp)
-        _swap_in(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    try: rec = _average_to(tmp, A, F, shards, notes, request, opts, t0); _swap_in(tmp, out)
+    except BaseException: shutil.rmtree(tmp, ignore_errors=True); raise
     dt = time.perf_counter() - t0
     log(f'average: wrote {out} ({total/1e9:.3f} GB in {dt:.2f} s, {total/dt/1e9:.2f} GB/s)')
     return rec | {'seconds': round(dt, 3), 'gb_per_s': round(total / dt / 1e9, 3), 'skipped': False, 'out': str(out)}
@@ -837,14 +458,14 @@ def average_checkpoints(anchor, # anchor model dir: the original base model (`an
 # %% ../nbs/03_average.ipynb #7336c211
 def average_cli(argv:list[str]) -> dict:
     "`ei average --anchor DIR --finetuned DIR --ft-weight W --out DIR [--threads N]`: prints tensors, bytes_written, seconds, gb_per_s."
-    from ei_nb.cli import parser, say
+    from ei_nb.cli import parser, say, positive_int, open_unit_float
     p = parser('average', 'stream-average two safetensors checkpoints: out = (1 - W) * anchor + W * finetuned, '
                           'in float64 rounded once to each dtype')
     p.add_argument('--anchor', required=True, help='the anchor model dir (the original base model, or the previous round)')
     p.add_argument('--finetuned', required=True, help='the fine-tuned (merged) model dir; the output follows its sharding')
-    p.add_argument('--ft-weight', type=float, default=0.7, help='weight W on the fine-tuned model (default 0.7)')
+    p.add_argument('--ft-weight', type=open_unit_float, default=0.7, help='weight W on the fine-tuned model, 0 < W <= 1 (default 0.7)')
     p.add_argument('--out', required=True, help='output model dir (written atomically)')
-    p.add_argument('--threads', type=int, default=12, help='worker threads (default 12; memory is about 2 x threads x chunk)')
+    p.add_argument('--threads', type=positive_int, default=12, help='worker threads (default 12; memory is about 2 x threads x chunk)')
     p.add_argument('--chunk-kib', type=int, default=4096, help='window size in KiB, a multiple of 4 (default 4096)')
     p.add_argument('--force', action='store_true', help='replace a non-empty --out that is not an earlier average')
     a = p.parse_args(argv)

@@ -8,7 +8,8 @@ import sys, json, importlib, argparse, os, signal
 from .core import EiError
 
 # %% auto #0
-__all__ = ['COMMANDS', 'resolve', 'emit', 'say', 'parser', 'main']
+__all__ = ['COMMANDS', 'positive_int', 'nonneg_int', 'positive_float', 'nonneg_float', 'finite_float', 'unit_float',
+           'open_unit_float', 'resolve', 'emit', 'say', 'parser', 'main', 'int_list']
 
 # %% ../nbs/cli.ipynb #5de39beb
 COMMANDS = {
@@ -25,6 +26,14 @@ COMMANDS = {
     'run':      ('ei_nb.driver:run_cli',           'run expert-iteration rounds with papermill'),
     'confirm':  ('ei_nb.confirm:confirm_cli',      'pre-registered confirmatory test evaluation'),
     'tiny':     ('ei_nb.tiny:tiny_cli',            'build a tiny random Qwen3 model for CPU demos and tests'),
+    'setup-lean': ('ei_nb.setup_lean:setup_lean_cli', 'install or check Lean 4.9.0-rc1, the reference Mathlib and the REPL'),
+    'doctor':   ('ei_nb.doctor:doctor_cli',        'check that this node has everything a run needs (OK/WARN/FAIL + fix)'),
+    'pool':     ('ei_nb.pool:pool_cli',            'build the training pool from public statement sets'),
+    'report':   ('ei_nb.trail:report_cli',         'render a run as HTML: a page per executed stage and index.html'),
+    'logprobs': ('ei_nb.sharpen:logprobs_cli',     'teacher-forced log-probabilities of correct samples under a model (07_sharpen)'),
+    'uplift':   ('ei_nb.sharpen:uplift_cli',       'uplift rate by likelihood rank between two log-prob files (07_sharpen)'),
+    'dpo-data': ('ei_nb.dpo:dpo_data_cli',         'DPO preference pairs from verified samples, in curriculum bands (02b_dpo)'),
+    'dpo-train': ('ei_nb.dpo:dpo_train_cli',       'DPO-train a LoRA on preference pairs, merge and export (02b_dpo)'),
 }
 
 def resolve(command:str):
@@ -47,7 +56,7 @@ def parser(prog:str, description:str='') -> argparse.ArgumentParser:
     return argparse.ArgumentParser(prog=f'ei {prog}', description=description)
 
 def _usage() -> str:
-    return 'usage: ei COMMAND [ARGS]\n\ncommands:\n' + '\n'.join(f'  {k:<9} {d}' for k,(_,d) in COMMANDS.items())
+    return 'usage: ei COMMAND [ARGS]\n\ncommands:\n' + '\n'.join(f'  {k:<10} {d}' for k,(_,d) in COMMANDS.items())
 
 def main(argv:list[str]|None=None) -> int:
     "Entry point of the `ei` console script."
@@ -56,9 +65,12 @@ def main(argv:list[str]|None=None) -> int:
     if argv[0] not in COMMANDS: say(f'ei: unknown command {argv[0]!r}\n\n{_usage()}'); return 2
     try: result = resolve(argv[0])(argv[1:])
     except EiError as e:
+        if os.environ.get('EI_DEBUG'): import traceback; traceback.print_exc()
         say(f'ei {argv[0]}: error: {e}'); return e.exit_code
     except KeyboardInterrupt:
         say(f'ei {argv[0]}: interrupted'); return 143
+    except SystemExit as e:   # argparse: --help (0) or a bad argument (2, its message already on stderr)
+        return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
     if result is not None: emit(result)
     return 0
 
@@ -68,3 +80,26 @@ def _entry():
     # SIGTERM unwinds like Ctrl-C: atomic writers clean up, and the exit status is 143.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     sys.exit(main())
+
+# %% ../nbs/cli.ipynb #f5ca375e
+def _number(kind, test, what:str):
+    def parse(text:str):
+        try: v = kind(text)
+        except ValueError: raise argparse.ArgumentTypeError(f'expected {what}, got {text!r}') from None
+        if kind is float and v != v or v in (float('inf'), float('-inf')) or not test(v):
+            raise argparse.ArgumentTypeError(f'expected {what}, got {text!r}')
+        return v
+    parse.__name__ = what
+    return parse
+
+positive_int = _number(int, lambda v: v >= 1, 'an integer >= 1')
+nonneg_int   = _number(int, lambda v: v >= 0, 'an integer >= 0')
+positive_float = _number(float, lambda v: v > 0, 'a finite number > 0')
+nonneg_float = _number(float, lambda v: v >= 0, 'a finite number >= 0')
+finite_float = _number(float, lambda v: True, 'a finite number')
+unit_float   = _number(float, lambda v: 0 <= v <= 1, 'a number in [0, 1]')
+open_unit_float = _number(float, lambda v: 0 < v <= 1, 'a number in (0, 1]')
+
+def int_list(text:str) -> list[int]:
+    "A comma-separated list of integers >= 1 (`--k 1,8,32`)."
+    return [positive_int(t.strip()) for t in text.split(',')]

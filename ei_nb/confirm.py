@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, os, re, sys, shutil, hashlib, inspect, importlib, subprocess
 from datetime import datetime, timezone
 from pathlib import Path
-from .core import (BadInput, StageFailed, RecordError, atomic_write_json, atomic_write_bytes, jsonl_bytes,
+from .core import (EVAL_CAP, BadInput, StageFailed, RecordError, atomic_write_json, atomic_write_bytes, jsonl_bytes,
                         check_record, iter_jsonl, read_verdicts, sha256_file, sha256_json, shared_data, statement_key)
 
 # %% auto #0
@@ -15,9 +15,10 @@ __all__ = ['SCHEMA', 'ARMS', 'DEFAULT_PROBLEMS', 'DEFAULT_RUNNER', 'KS', 'ALPHA'
            'WEIGHT_SUFFIXES', 'PACKAGES', 'split_full_text', 'load_test_problems', 'statement_changes', 'model_files',
            'model_fingerprint', 'synthetic_model', 'resolve_run_models', 'load_runner', 'runner_defaults',
            'check_runner_kwargs', 'synthetic_runner', 'code_state', 'build_registration', 'read_record',
-           'has_test_samples', 'archive_attempt', 'register', 'registration_mismatches', 'check_registration',
-           'check_complete', 'run_arm', 'summarize', 'power_sentence', 'outcome_statement', 'run_confirmation',
-           'report_notebook', 'render_report', 'synthetic_confirmation', 'status', 'confirm_cli']
+           'has_test_samples', 'archive_attempt', 'register', 'registration_edits', 'changed_since_lock',
+           'registration_mismatches', 'check_registration', 'check_complete', 'run_arm', 'summarize', 'power_sentence',
+           'outcome_statement', 'run_confirmation', 'report_notebook', 'render_report', 'synthetic_confirmation',
+           'status', 'confirm_cli']
 
 # %% ../nbs/confirm.ipynb #430d3df0
 SCHEMA = 'ei_nb.confirm/1'
@@ -113,39 +114,32 @@ def synthetic_model(out_dir, # folder to create
     return out
 
 # %% ../nbs/confirm.ipynb #ad556680
-_BASE_KEYS = ('base_model', 'anchor_model', 'start_model', 'model')
+from .layout import RunLayout
 
 def _json_or_none(path) -> dict|None:
     try: return json.loads(Path(path).read_text())
     except (FileNotFoundError, json.JSONDecodeError, NotADirectoryError): return None
 
-def _first_key(d:dict|None, keys, base:Path) -> str|None:
-    if not isinstance(d, dict): return None
-    for k in keys:
-        v = d.get(k)
-        if isinstance(v, dict): v = v.get('path') or v.get('dir')
-        if isinstance(v, str) and v: return str(base/v) if not Path(v).is_absolute() and (base/v).exists() else v
-    return None
+def _base_model(L:RunLayout, manifest:dict|None) -> str|None:
+    "The run's base model: as its round manifest records it, else as its run config (`run.json`) does."
+    cfg_paths = ((_json_or_none(L.run_json) or {}).get('config') or {}).get('paths') or {}
+    v = (manifest or {}).get('base_model') or cfg_paths.get('base_model')
+    return str(L.resolve(v)) if v else None
 
-def _round_model(run_dir:Path, manifest:dict) -> str|None:
-    r = manifest.get('best_round')
+def _round_model(L:RunLayout, manifest:dict|None) -> str|None:
+    "The model of the manifest's best round where `RunLayout` puts it (round 0: the base model); None if absent."
+    r = (manifest or {}).get('best_round')
     if r is None: return None
-    models = manifest.get('models') or manifest.get('model_paths') or {}
-    if isinstance(models, dict) and models.get(str(r)): return _first_key({'m': models[str(r)]}, ('m',), run_dir)
-    for cand in (run_dir/f'round_{int(r):02d}'/'model', run_dir/f'round_{int(r)}'/'model'):
-        if cand.exists(): return str(cand)
-    return None
+    if int(r) == 0: return _base_model(L, manifest)
+    return str(L.round(int(r)).model) if L.round(int(r)).model.exists() else None
 
 def resolve_run_models(run_dir) -> tuple[str|None, str|None]:
-    "Default `(model, baseline)` of a run folder: its best round's model and its base model (None if unknown)."
-    run_dir = Path(run_dir)
-    manifests = sorted(run_dir.glob('round_*/round_manifest.json'))
-    last = _json_or_none(manifests[-1]) if manifests else None
-    model = str(run_dir/'best') if (run_dir/'best').exists() else (_round_model(run_dir, last) if last else None)
-    base = _first_key(last, _BASE_KEYS, run_dir)
-    for cfg in ('config.json', 'run_config.json', 'run.json'):
-        base = base or _first_key(_json_or_none(run_dir/cfg), _BASE_KEYS, run_dir)
-    return model, base
+    "Default `(model, baseline)` of a run folder: its best round's model (`best/`) and its base model (None if unknown)."
+    L = RunLayout(run_dir)
+    rounds = [r for r in L.rounds() if L.manifest(r).exists()]
+    last = _json_or_none(L.manifest(rounds[-1])) if rounds else None
+    model = str(L.best) if L.best.exists() else _round_model(L, last)
+    return model, _base_model(L, last)
 
 # %% ../nbs/confirm.ipynb #739ddc6c
 def load_runner(spec:str):
@@ -258,7 +252,7 @@ def build_registration(run_dir, # the run folder; the registration goes to RUN/c
                        model=None, # the model to confirm (default: the run's best round)
                        baseline_model=None, # the baseline (default: the run's base model)
                        n:int=32, # samples per problem and model
-                       max_new_tokens:int=30000, # the generation cap
+                       max_new_tokens:int=EVAL_CAP, # the generation cap
                        seed:int=0, # sampling seed (both models)
                        problems=None, # test problems file (default: test split of minif2f_dsp15.jsonl)
                        sampler:dict|None=None, # sampler settings passed to the runner
@@ -348,15 +342,39 @@ def register(run_dir, force_rerun:bool=False, reason:str|None=None, **kw) -> dic
         shutil.copy2(cdir/'registration.json', cdir/'history'/f'registration_{old["registration_id"][:12]}.json')
     atomic_write_bytes(cdir/'problems.jsonl', jsonl_bytes(probs))
     atomic_write_json(cdir/'registration.json', reg)
-    _log(cdir, 'registered', registration_id=reg['registration_id'], forced=force_rerun, reason=reason)
+    _log(cdir, 'registered', registration_id=reg['registration_id'], forced=force_rerun, reason=reason,
+         registration_sha256=sha256_file(cdir/'registration.json'))
     return {'status': 'registered', 'registration_id': reg['registration_id'], 'registration': str(cdir/'registration.json'),
             'model': reg['models']['model']['resolved'], 'baseline': reg['models']['baseline']['resolved'],
             'problems': reg['problems']['path'], 'n_problems': len(probs), 'n': reg['n'], 'max_new_tokens': reg['max_new_tokens']}
 
 # %% ../nbs/confirm.ipynb #55d4e8d8
-def registration_mismatches(cdir, reg:dict, runner=None) -> list[str]:
-    "What no longer matches `reg`: model files, problems file, frozen problems, runner defaults."
+def _registered_sha256(cdir) -> str|None:
+    "The sha256 of registration.json recorded when it was last registered (None for records older than this check)."
+    regs = [e for e in read_record(cdir) if e['event'] == 'registered']
+    return regs[-1].get('registration_sha256') if regs else None
+
+def registration_edits(cdir, reg:dict) -> list[str]:
+    "How `registration.json` was changed after registration: its id no longer covers its protocol, or its bytes differ from the record or the lock."
     cdir, out = Path(cdir), []
+    if sha256_json(_protocol(reg)) != reg.get('registration_id'):
+        out.append('registration.json was edited after registration (its protocol no longer hashes to its registration_id)')
+    now = sha256_file(cdir/'registration.json') if (cdir/'registration.json').is_file() else None
+    for where, want in (('record.json', _registered_sha256(cdir)), ('lock.json', (_json_or_none(cdir/'lock.json') or {}).get('registration_sha256'))):
+        if want and now != want: out.append(f'registration.json changed since {where} recorded it (sha256 {want[:12]}, now {str(now)[:12]})')
+    return out
+
+def changed_since_lock(cdir) -> list[str]:
+    "Files of a locked attempt that differ from what `lock.json` recorded: verdicts, result."
+    cdir = Path(cdir); lock = _json_or_none(cdir/'lock.json')
+    if not lock: return []
+    want = {f'{a}/eval_verdicts.jsonl': s for a, s in lock.get('verdicts_sha256', {}).items()} | {'result.json': lock.get('result_sha256')}
+    return [f'{f} changed after the lock' if (cdir/f).is_file() else f'{f} is missing after the lock'
+            for f, s in want.items() if s and (not (cdir/f).is_file() or sha256_file(cdir/f) != s)]
+
+def registration_mismatches(cdir, reg:dict, runner=None) -> list[str]:
+    "What no longer matches `reg`: the registration itself, model files, problems file, frozen problems, runner defaults."
+    cdir = Path(cdir); out = registration_edits(cdir, reg)
     for arm in ARMS:
         m = reg['models'][arm]
         try: files = model_files(m['resolved'])
@@ -504,6 +522,7 @@ def run_confirmation(run_dir, # the run folder holding confirm/registration.json
     summary = {'model_solved': res['scores']['model']['solved'], 'baseline_solved': res['scores']['baseline']['solved'],
                'b': res['mcnemar']['b'], 'c': res['mcnemar']['c'], 'p_value': res['mcnemar']['p_value'], 'outcome': res['outcome']}
     atomic_write_json(cdir/'lock.json', {'registration_id': reg['registration_id'], 'attempt': attempt, 'locked_utc': _now(),
+                                         'registration_sha256': sha256_file(cdir/'registration.json'),
                                          'result_sha256': sha256_file(cdir/'result.json'), 'verdicts_sha256': res['verdicts_sha256'], 'summary': summary})
     _log(cdir, 'run_finished', attempt=attempt, registration_id=reg['registration_id'], forced=force_rerun, reason=reason, result=summary)
     out = {'status': 'confirmed', 'attempt': attempt, **summary, 'net': res['mcnemar']['net'], 'n_problems': res['n_problems'],
@@ -565,17 +584,18 @@ def status(run_dir) -> dict:
     lock = _json_or_none(cdir/'lock.json')
     return {'registered': True, 'registration_id': reg['registration_id'], 'mismatches': registration_mismatches(cdir, reg),
             'arms_done': [a for a in ARMS if (cdir/a/'arm_done.json').exists()], 'has_test_samples': has_test_samples(cdir),
-            'locked': lock is not None, 'summary': lock['summary'] if lock else None, 'attempt': _attempt_no(cdir)}
+            'locked': lock is not None, 'summary': lock['summary'] if lock else None, 'attempt': _attempt_no(cdir),
+            'changed_since_lock': changed_since_lock(cdir)}
 
 def confirm_cli(argv) -> dict:
     "`ei confirm register|run|report|status --run-dir RUN ...`"
-    from ei_nb.cli import parser
+    from ei_nb.cli import parser, positive_int
     p = parser('confirm', 'the pre-registered confirmatory test evaluation: register, then run once, then report')
     sub = p.add_subparsers(dest='cmd', required=True)
     r = sub.add_parser('register', help='freeze the protocol before any test sample')
     r.add_argument('--model', help='model to confirm (default: the run\'s best round)')
     r.add_argument('--baseline-model', help='baseline (default: the run\'s base model)')
-    r.add_argument('--n', type=int, default=32); r.add_argument('--max-new-tokens', type=int, default=30000)
+    r.add_argument('--n', type=positive_int, default=32); r.add_argument('--max-new-tokens', type=positive_int, default=EVAL_CAP)
     r.add_argument('--seed', type=int, default=0)
     r.add_argument('--problems', help='test problems file (default: test split of minif2f_dsp15.jsonl; or minif2f_test_goedel_v2.jsonl)')
     r.add_argument('--sampler', action='append', metavar='KEY=VALUE', help='sampler setting passed to the runner')

@@ -4,16 +4,17 @@
 
 # %% ../nbs/core.ipynb #1b3e41d7
 from __future__ import annotations
-import json, os, re, tempfile, hashlib, contextlib
+import json, os, re, stat, math, time, errno, codecs, tempfile, hashlib, contextlib
 from pathlib import Path
 from typing import Iterable, Iterator
 
 # %% auto #0
-__all__ = ['VERDICTS', 'SCHEMAS', 'KEYS', 'EiError', 'BadInput', 'StageFailed', 'DataStop', 'RecordError', 'fsync_dir',
-           'atomic_path', 'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'check_record', 'iter_jsonl',
-           'read_records', 'read_problems', 'read_samples', 'read_verdicts', 'shared_data', 'read_frame', 'jsonl_bytes',
-           'write_records', 'lean_code_only', 'normalize_ws', 'theorem_name', 'statement_key', 'sha256_file',
-           'sha256_json']
+__all__ = ['VERDICTS', 'SCHEMAS', 'KEYS', 'POOL_CAP', 'EVAL_CAP', 'SFT_MAX_TOKENS', 'EiError', 'BadInput', 'StageFailed',
+           'DataStop', 'RecordError', 'fsync_dir', 'OutputError', 'remove_stale_temps', 'atomic_path',
+           'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'check_output', 'check_record',
+           'check_input', 'decode_line', 'iter_jsonl', 'read_records', 'read_problems', 'read_samples', 'read_verdicts',
+           'shared_data', 'read_frame', 'jsonl_bytes', 'write_records', 'lean_code_only', 'normalize_ws',
+           'theorem_name', 'statement_key', 'sha256_file', 'sha256_json']
 
 # %% ../nbs/core.ipynb #251d4eac
 class EiError(Exception):
@@ -48,19 +49,76 @@ def fsync_dir(path):
 def _umask() -> int:
     mask = os.umask(0); os.umask(mask); return mask
 
+_STARTED = time.time()   # when this process loaded ei_nb: temp files older than this are not ours in flight
+_FS_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG, errno.EIO,
+              errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP}
+
+class OutputError(BadInput):
+    "An output path that cannot be written (a directory, a file as parent, read-only, a full disk): names the path and the OS error."
+    def __init__(self, path, err:OSError):
+        self.path, self.errno = str(path), err.errno
+        super().__init__(f'{path}: cannot write: {err.strerror or err}')
+
+def _temp_prefix(path:Path) -> str: return f'.{path.name}.ei{os.getpid()}.'
+def _stale_temp(path:Path) -> re.Pattern: return re.compile(re.escape(f'.{path.name}.ei') + r'(\d+)\.[A-Za-z0-9_]+(\.[^/]*)?\.tmp$')
+
+def _pid_alive(pid:int) -> bool:
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return False
+    except PermissionError: return True
+    return True
+
+_ANY_TEMP = re.compile(r'^\..+\.ei\d+\.[A-Za-z0-9_]+(\.[^/]*)?\.tmp$')
+_TEMPS_SEEN: dict[str, set[str]] = {}   # folder -> our-pattern temp names it held when this process first wrote there
+
+def _earlier_temps(folder:Path) -> set[str]:
+    "Temp names of our pattern in `folder`, listed once per process: a later temp is this process's own or a live writer's."
+    key = str(folder)
+    if key not in _TEMPS_SEEN:
+        try: _TEMPS_SEEN[key] = {e.name for e in os.scandir(folder) if _ANY_TEMP.match(e.name)}
+        except OSError: _TEMPS_SEEN[key] = set()
+    return _TEMPS_SEEN[key]
+
+def remove_stale_temps(path) -> list[Path]:
+    "Remove temp files of earlier, killed writes of `path`: only its own name pattern, only files older than this process whose writer is gone."
+    path, removed = Path(path), []
+    pat, seen = _stale_temp(path), _earlier_temps(path.parent)
+    for name in [n for n in seen if pat.match(n)]:
+        pid, f = int(pat.match(name).group(1)), path.parent/name
+        if pid == os.getpid() or _pid_alive(pid): continue
+        with contextlib.suppress(OSError):
+            if f.stat(follow_symlinks=False).st_mtime < _STARTED: f.unlink(); removed.append(f)
+        seen.discard(name)
+    return removed
+
+@contextlib.contextmanager
+def _os_faults_as(path):
+    "Turn a filesystem fault (full disk, read-only, a directory in the way) while writing `path` into `OutputError`."
+    try: yield
+    except OSError as e:
+        if e.errno not in _FS_FAULTS: raise
+        raise OutputError(path, e) from None
+
 @contextlib.contextmanager
 def atomic_path(path, suffix:str=''):
     "Yield a temporary sibling path; on success rename it to `path`, on error remove it."
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix=suffix+'.tmp', dir=path.parent)
-    os.close(fd)
+    with _os_faults_as(path):
+        if path.is_dir(): raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        above = next((d for d in path.parents if d.exists()), None)
+        if above is not None and not above.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, f'{above} is a file, not a directory', str(above))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(path)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=suffix+'.tmp', dir=path.parent)
+        os.close(fd)
     try:
-        yield Path(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())   # mkstemp creates 0600; give the file the mode open() would
-        with open(tmp, 'rb+') as f: os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
+        with _os_faults_as(path):
+            yield Path(tmp)
+            os.chmod(tmp, 0o666 & ~_umask())   # mkstemp creates 0600; give the file the mode open() would
+            with open(tmp, 'rb+') as f: os.fsync(f.fileno())
+            os.replace(tmp, path)
+            fsync_dir(path.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError): os.unlink(tmp)
         raise
@@ -78,6 +136,26 @@ def atomic_write_json(path, obj, indent=2):
     "Write `obj` as pretty JSON atomically."
     return atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False, sort_keys=False)+'\n')
 
+# %% ../nbs/core.ipynb #fa5626a0
+def _same_file(a:Path, b:Path) -> bool:
+    try: sa, sb = os.stat(a), os.stat(b)
+    except OSError: return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+def check_output(out, inputs=(), flag:str='--out', is_dir:bool=False) -> Path:
+    "`out` unless it is (or, with `is_dir`, holds) one of `inputs`, is a directory where a file goes, or lies below a file: `BadInput` naming both."
+    out = Path(out)
+    if out.exists() and out.is_dir() != is_dir:
+        raise BadInput(f'{flag} {out}: cannot write: ' + ('Is a directory' if out.is_dir() else 'Not a directory'))
+    above = next((d for d in out.parents if d.exists()), None)
+    if above is not None and not above.is_dir(): raise BadInput(f'{flag} {out}: cannot write: {above} is a file, not a directory')
+    for i in inputs:
+        if i is None: continue
+        hit = (any(_same_file(f, Path(i)) for f in out.iterdir()) if is_dir and out.is_dir() else _same_file(out, Path(i)))
+        if hit or (is_dir and _same_file(out, Path(i))):
+            raise BadInput(f'{flag} {out} is the input {i} (same file): refusing to overwrite an input')
+    return out
+
 # %% ../nbs/core.ipynb #932c2298
 VERDICTS = ('pass', 'fail', 'error', 'no_code', 'unchecked')
 _NUM = (int, float)
@@ -91,6 +169,7 @@ SCHEMAS = {
                 'verify_s': ((int, float, type(None)), False)},
 }
 KEYS = {'problem': ('name',), 'sample': ('name', 'sample_idx'), 'verdict': ('name', 'sample_idx')}
+POOL_CAP, EVAL_CAP, SFT_MAX_TOKENS = 16_384, 30_000, 18_432   # generation caps (pool, evaluation) and the SFT row limit
 
 # %% ../nbs/core.ipynb #dc372a14
 def _type_ok(value, types) -> bool:
@@ -101,6 +180,8 @@ def _tname(types):
     types = types if isinstance(types, tuple) else (types,)
     return ' or '.join('null' if t is type(None) else t.__name__ for t in types)
 
+_BY_END = re.compile(r':=\s*by\s*$')
+
 def check_record(row, kind:str, path='<data>', line:int=0) -> dict:
     "Validate one decoded row of record `kind`; raise `RecordError` naming the field."
     if not isinstance(row, dict): raise RecordError(path, line, '-', f'expected a JSON object, got {type(row).__name__}')
@@ -108,29 +189,66 @@ def check_record(row, kind:str, path='<data>', line:int=0) -> dict:
         if field not in row:
             if required: raise RecordError(path, line, field, f'missing (required in a {kind} record)')
             continue
-        if not _type_ok(row[field], types):
-            raise RecordError(path, line, field, f'expected {_tname(types)}, got {type(row[field]).__name__} {row[field]!r:.40}')
+        v = row[field]
+        if not _type_ok(v, types): raise RecordError(path, line, field, f'expected {_tname(types)}, got {type(v).__name__} {v!r:.40}')
+        if type(v) is float and not math.isfinite(v): raise RecordError(path, line, field, f'must be a finite number, got {v!r}')
     if kind=='verdict' and row['verdict'] not in VERDICTS:
         raise RecordError(path, line, 'verdict', f'{row["verdict"]!r} is not one of {", ".join(VERDICTS)}')
-    if kind=='problem' and not re.search(r':=\s*by\s*$', row['formal_statement']):
+    if kind=='problem' and not _BY_END.search(row['formal_statement']):
         raise RecordError(path, line, 'formal_statement', "must end with ':= by'")
     if kind in ('sample','verdict') and row['sample_idx'] < 0:
         raise RecordError(path, line, 'sample_idx', 'must be >= 0')
     return row
 
 # %% ../nbs/core.ipynb #2e9824ef
+def check_input(path, what:str='input') -> Path:
+    "`path` if it is an existing regular file we can read; otherwise `BadInput` saying what it is."
+    path = Path(path)
+    try: st = os.stat(path)
+    except FileNotFoundError: raise BadInput(f'{path}: no such file') from None
+    except OSError as e: raise BadInput(f'{path}: cannot read {what}: {e.strerror}') from None
+    if stat.S_ISREG(st.st_mode):
+        if not os.access(path, os.R_OK): raise BadInput(f'{path}: cannot read {what}: permission denied')
+        return path
+    kind = ('a directory' if stat.S_ISDIR(st.st_mode) else 'a FIFO or pipe' if stat.S_ISFIFO(st.st_mode)
+            else 'a socket' if stat.S_ISSOCK(st.st_mode) else 'a device' if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else 'not a regular file')
+    raise BadInput(f'{path}: {what} is {kind}, not a regular file (write it to a file first: inputs may be read more than once)')
+
+class _DuplicateKey(ValueError): pass
+
+def _unique_pairs(pairs):
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen = set()
+        raise _DuplicateKey(next(k for k,_ in pairs if k in seen or seen.add(k)))
+    return d
+
+def _no_constant(name): raise ValueError(f'{name} is not a number JSON allows')
+
+_BOM = b'\xef\xbb\xbf'
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_no_constant)   # built once: json.loads with options builds one per call
+
+def decode_line(raw:bytes, path, line:int):
+    "Decode one JSON Lines line (bytes) exactly: strict UTF-8, no duplicate keys, no NaN/Infinity."
+    try: text = raw.decode('utf-8')
+    except UnicodeDecodeError as e: raise RecordError(path, line, '-', f'not UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of the line)') from None
+    try: return _DECODER.decode(text)
+    except _DuplicateKey as e: raise RecordError(path, line, str(e), 'duplicate key in one JSON object') from None
+    except json.JSONDecodeError as e: raise RecordError(path, line, '-', f'invalid JSON ({e.msg} at column {e.colno})') from None
+    except ValueError as e: raise RecordError(path, line, '-', f'invalid JSON ({e})') from None
+
 def iter_jsonl(path) -> Iterator[tuple[int, object]]:
-    "Yield `(line_number, decoded_value)` for each non-blank line of `path`."
-    with open(path, encoding='utf-8') as f:
-        for i,line in enumerate(f, 1):
-            if not line.strip(): continue
-            try: yield i, json.loads(line)
-            except json.JSONDecodeError as e: raise RecordError(path, i, '-', f'invalid JSON ({e.msg} at column {e.colno})') from None
+    "Yield `(line_number, decoded_value)` for each non-blank line of the regular file `path`."
+    path = check_input(path)
+    with open(path, 'rb') as f:
+        for i,raw in enumerate(f, 1):
+            if i == 1 and raw.startswith(_BOM): raw = raw[len(_BOM):]
+            if not raw.strip(): continue
+            yield i, decode_line(raw, path, i)
 
 def read_records(path, kind:str, required:bool=True) -> list[dict]:
     "Read and validate all `kind` records of a JSON Lines file."
-    path = Path(path)
-    if not path.exists(): raise BadInput(f'{path}: no such file')
+    path = check_input(path)
     rows, seen = [], {}
     for i,row in iter_jsonl(path):
         check_record(row, kind, path, i)
@@ -156,6 +274,7 @@ def shared_data(name:str='') -> Path:
 def _arrow_type_ok(typ, types) -> bool:
     import pyarrow as pa
     types = types if isinstance(types, tuple) else (types,)
+    if pa.types.is_dictionary(typ): typ = typ.value_type
     if pa.types.is_null(typ): return type(None) in types
     if pa.types.is_boolean(typ): return bool in types
     if pa.types.is_integer(typ): return int in types
@@ -166,7 +285,8 @@ def _arrow_type_ok(typ, types) -> bool:
 def _has_duplicate_keys(table, kind) -> bool:
     "Whether two rows share a key: integer keys from dictionary codes, checked with a hash index."
     import numpy as np, pandas as pd, pyarrow.compute as pc
-    names = pc.dictionary_encode(table['name'].combine_chunks())
+    names = table['name'].combine_chunks()
+    if not hasattr(names, 'indices'): names = pc.dictionary_encode(names)
     codes = names.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     if kind == 'problem': return not pd.Index(codes).is_unique
     idx = table['sample_idx'].to_numpy().astype(np.int64)
@@ -182,9 +302,28 @@ def _arrow_kind_ok(table, kind) -> bool:
         col = table[field]
         if not _arrow_type_ok(col.type, types): return False
         if col.null_count and type(None) not in (types if isinstance(types, tuple) else (types,)): return False
-    if kind=='verdict' and not pc.all(pc.is_in(table['verdict'], value_set=pa.array(VERDICTS))).as_py(): return False
+    if kind=='verdict':   # on the dictionary: a handful of distinct values, not millions of rows
+        v = table['verdict'].combine_chunks()
+        values = v.dictionary if hasattr(v, 'dictionary') else pc.unique(v)
+        if not set(values.to_pylist()) <= set(VERDICTS): return False
+    for field,(types,_) in SCHEMAS[kind].items():
+        if field in table.column_names and pa.types.is_floating(table[field].type):
+            if not pc.all(pc.is_finite(table[field].fill_null(0.0))).as_py(): return False
     if kind in ('sample','verdict') and len(table) and pc.min(table['sample_idx']).as_py() < 0: return False
     return not _has_duplicate_keys(table, kind)
+
+def _utf8_ok(path, chunk:int=16<<20) -> bool:
+    "Whether the whole file is UTF-8 (pyarrow does not check): ASCII chunks pass at memory speed, others are decoded."
+    dec = codecs.getincrementaldecoder('utf-8')()
+    try:
+        with open(path, 'rb') as f:
+            while b := f.read(chunk):
+                if not b.isascii() or dec.getstate()[0]: dec.decode(b)
+        dec.decode(b'', final=True)
+    except UnicodeDecodeError: return False
+    return True
+
+_NUMERIC = {k: [f for f,(t,_) in fields.items() if set(t if isinstance(t, tuple) else (t,)) & {int, float}] for k, fields in SCHEMAS.items()}
 
 def _arrow_schema(kind:str, columns):
     "An explicit pyarrow schema for `columns` of record `kind` (keys always included)."
@@ -202,22 +341,32 @@ def read_frame(path, kind:str='verdict', required:bool=True, columns=None):
     With `columns`, only those fields (and the keys) are parsed and checked, and string columns become
     categoricals: a 3.2 M-row verdict file then needs a few hundred MB, not gigabytes."""
     import pyarrow.json as paj, pyarrow as pa, pyarrow.compute as pc
-    path = Path(path)
-    if not path.exists(): raise BadInput(f'{path}: no such file')
-    opts = paj.ParseOptions(explicit_schema=_arrow_schema(kind, columns), unexpected_field_behavior='ignore') if columns else None
-    try: table = paj.read_json(path, parse_options=opts).combine_chunks()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError): table = None
+    path = check_input(path)
+    wanted = list(dict.fromkeys([*KEYS[kind], *columns])) if columns else None
+    parsed = [*wanted, *_NUMERIC[kind]] if columns else None   # numbers are always checked: no NaN, 1e400 or `true`
+    opts = paj.ParseOptions(explicit_schema=_arrow_schema(kind, parsed), unexpected_field_behavior='ignore') if columns else None
+    try: table = paj.read_json(path, parse_options=opts) if _utf8_ok(path) else None
+    except pa.ArrowException: table = None
     if table is not None and columns:   # a field absent from every row is not in the table at all
         for f in opts.explicit_schema:
             if f.name not in table.column_names: table = table.append_column(f.name, pa.nulls(len(table), f.type))
+        table = table.combine_chunks()
+        for i,f in enumerate(table.schema):   # categoricals: small in memory, and the key check reuses the codes
+            if pa.types.is_string(f.type) and f.name in wanted: table = table.set_column(i, f.name, pc.dictionary_encode(table[f.name]))
     if table is None or not _arrow_kind_ok(table, kind) or (required and not len(table)):
-        read_records(path, kind, required)   # raises the precise error
-        if table is None: raise BadInput(f'{path}: could not be parsed as {kind} records')
+        rows = read_records(path, kind, required)   # raises the precise error, or reads what pyarrow could not
+        return _frame_of(rows, kind, columns)
+    return (table.select(wanted) if columns else table).to_pandas()
+
+def _frame_of(rows:list[dict], kind:str, columns=None):
+    "The DataFrame `read_frame` returns, built from exactly-read rows."
+    import pandas as pd
+    cols = list(dict.fromkeys([*KEYS[kind], *columns])) if columns else list(SCHEMAS[kind])
+    df = pd.DataFrame([{c: r.get(c) for c in cols} for r in rows], columns=cols)
     if columns:
-        table = table.select(list(dict.fromkeys([*KEYS[kind], *columns])))
-        for i,f in enumerate(table.schema):
-            if pa.types.is_string(f.type): table = table.set_column(i, f.name, pc.dictionary_encode(table[f.name]))
-    return table.to_pandas()
+        for c in cols:
+            if SCHEMAS[kind][c][0] is str: df[c] = df[c].astype('category')
+    return df
 
 # %% ../nbs/core.ipynb #b77c9af8
 def jsonl_bytes(rows:Iterable[dict]) -> bytes:
@@ -255,11 +404,13 @@ def theorem_name(statement:str) -> str|None:
     m = _DECL.match(lean_code_only(statement))
     return m.group(1) if m else None
 
+_BY_TAIL = re.compile(r'\s*:=\s*by\s*$')
+
 def statement_key(statement:str) -> str:
     "A name-free, comment-free, whitespace-normalised key of a theorem statement."
     s = normalize_ws(lean_code_only(statement))
     s = _DECL.sub('theorem _', s, count=1)
-    s = re.sub(r'\s*:=\s*by\s*$', '', s)
+    s = _BY_TAIL.sub('', s)
     return s
 
 # %% ../nbs/core.ipynb #c111659a

@@ -11,8 +11,8 @@ from .core import (BadInput, atomic_write_json, iter_jsonl, lean_code_only, norm
 
 # %% auto #0
 __all__ = ['DEMO_NOTICE', 'BAD_VALID', 'mask_comments', 'split_lean_file', 'known_good_proofs', 'KnownProofs', 'read_records_any',
-           'known_proof_verifier', 'use_known_proofs', 'workbook_problems', 'goedel_v2_test_problems',
-           'build_demo_data', 'warm_rows', 'warm_start']
+           'known_proof_verifier', 'workbook_problems', 'goedel_v2_test_problems', 'build_demo_data', 'warm_rows',
+           'warm_start']
 
 # %% ../nbs/demo.ipynb #9bfebba2
 def mask_comments(text:str) -> str:
@@ -133,18 +133,6 @@ def known_proof_verifier(path, policy=None):
     from ei_nb.verify import load_policy
     return _verifier_cls()(KnownProofs.from_file(path), load_policy(policy),
                            {'backend': 'known', 'known_proofs': str(path), 'sha256': sha256_file(path)})
-
-def use_known_proofs(path, quiet:bool=False):
-    "Route `make_verifier(backend='known')` to `known_proof_verifier(path)`; other backends are unchanged."
-    import ei_nb.verify as V
-    orig = getattr(V.make_verifier, '_ei_original', V.make_verifier)
-    def make_verifier(backend='none', *args, **kw):
-        if backend != 'known': return orig(backend, *args, **kw)
-        return known_proof_verifier(path, kw.get('policy'))
-    make_verifier._ei_original = orig
-    V.make_verifier = make_verifier
-    if not quiet: print(DEMO_NOTICE)
-    return make_verifier
 
 # %% ../nbs/demo.ipynb #5496950b
 BAD_VALID = ('induction_sum_odd', 'mathd_algebra_247', 'mathd_numbertheory_35')

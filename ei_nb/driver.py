@@ -4,37 +4,42 @@
 
 # %% ../nbs/driver.ipynb #5225049a
 from __future__ import annotations
-import ast, contextlib, datetime, difflib, io, json, math, os, platform, re, shutil, signal, subprocess, sys, time, tokenize
+import ast, contextlib, datetime, difflib, io, json, os, platform, shutil, signal, subprocess, sys, time, tokenize
 from pathlib import Path
-from .core import (BadInput, DataStop, StageFailed, atomic_write_json, atomic_write_text, read_problems,
-                        sha256_file, sha256_json, statement_key, write_records)
+from .core import BadInput, DataStop, StageFailed, atomic_write_json, read_problems, statement_key, write_records
+from .layout import FINAL, ROUND0_STAGES, ROUND_STAGES, RunLayout, read_stage_json
+from .markers import (SECTIONS, chain_hash, check_params, existing_markers, fingerprint, finished, parse_redo, record,
+                           redo, step_order, verdicts_fingerprint, where)
+from .eta import ETA_KEYS, count_lines, eta_seconds, hms, record_rate, stage_work
+from .params_check import validate_config
+from .trail import annotate_executed, notebook_links, render_run
 
 # %% auto #0
-__all__ = ['ROUND_STAGES', 'SECTIONS', 'WIRED', 'VOLATILE', 'EVAL_DIR', 'DRIVER_KEYS', 'STAGE_DRIVER_KEYS', 'ROUND0_STAGES',
-           'FINAL', 'OUTPUTS', 'notebook_path', 'cell_parameters', 'notebook_parameters', 'parse_set', 'load_config',
-           'expand', 'portable', 'chain_hash', 'check_marker', 'step_order', 'parse_redo', 'step_dir', 'marker_path',
-           'existing_markers', 'redo', 'check_scored', 'clean_pool', 'fingerprint', 'verdicts_fingerprint',
-           'stage_work', 'model_seconds', 'eta_seconds', 'hms', 'kill_strays', 'execute', 'versions',
-           'merge_measurements', 'Run', 'plan', 'print_plan', 'run_lock', 'check_kernel', 'run_cli']
+__all__ = ['WIRING', 'WIRED', 'DRIVER_KEYS', 'STAGE_DRIVER_KEYS', 'notebook_path', 'cell_parameters', 'notebook_parameters',
+           'parse_set', 'load_config', 'expand', 'portable', 'check_scored', 'clean_pool', 'kill_strays', 'execute',
+           'versions', 'merge_measurements', 'resolve_paths', 'Run', 'score_given_baseline', 'planned_sizes', 'plan',
+           'print_plan', 'run_lock', 'check_kernel', 'run_cli']
 
 # %% ../nbs/driver.ipynb #1e65b712
-ROUND_STAGES = ('00_select', '01_sample_verify', '02_sft', '03_average', '04_eval', '05_stop_rule', '06_report')
-SECTIONS = {'demo': 'demo', '00_select': 'select', '01_sample_verify': 'sample_verify', '02_sft': 'sft',
-            '03_average': 'average', '04_eval': 'eval', '05_stop_rule': 'stop_rule', '06_report': 'report'}
-_VERIFY = {'verify_backend', 'lean_project', 'workers', 'timeout'}
-WIRED = {
-    'demo': {'out_dir', 'prompt_style'},
-    '00_select': {'pool_path', 'results_path', 'protected_paths', 'out_dir'},
-    '01_sample_verify': {'problems_path', 'model_dir', 'out_dir', 'round_idx', 'prompt_style', 'seed_samples_path',
-                         'seed_verdicts_path'} | _VERIFY,
-    '02_sft': {'problems_path', 'samples_path', 'verdicts_path', 'model_dir', 'out_dir', 'protected_paths', 'round_idx', 'style'},
-    '03_average': {'anchor_dir', 'finetuned_dir', 'out_dir'},
-    '04_eval': {'problems_path', 'model_dir', 'out_dir', 'round_idx', 'prompt_style', 'allow_test_selection'} | _VERIFY,
-    '05_stop_rule': {'scores', 'rounds', 'data_stop_reason', 'out_dir'},
-    '06_report': {'run_dir', 'upto_round', 'figures_dir'},
+_VERIFY = {'verify_backend': 'verify_backend', 'lean_project': 'lean_project', 'workers': 'workers', 'timeout': 'timeout',
+           'known_proofs': 'known_proofs'}
+WIRING = {
+    'demo': {'out_dir': 'demo_dir', 'prompt_style': 'prompt_style'},
+    '00_select': {'pool_path': 'pool', 'results_path': 'measurement', 'protected_paths': 'excluded', 'out_dir': 'round_dir'},
+    '01_sample_verify': {'problems_path': 'to_sample', 'model_dir': 'model_in', 'out_dir': 'round_dir', 'round_idx': 'round',
+                         'prompt_style': 'prompt_style', 'seed_samples_path': 'seed_samples', 'seed_verdicts_path': 'seed_verdicts',
+                         'data_rule': 'in_a_round', **_VERIFY},
+    '02_sft': {'problems_path': 'selected', 'samples_path': 'samples', 'verdicts_path': 'verdicts', 'model_dir': 'model_in',
+               'out_dir': 'round_dir', 'protected_paths': 'excluded', 'round_idx': 'round', 'style': 'prompt_style'},
+    '03_average': {'anchor_dir': 'anchor', 'finetuned_dir': 'merged', 'out_dir': 'averaged'},
+    '04_eval': {'problems_path': 'scored', 'model_dir': 'model', 'out_dir': 'eval_dir', 'round_idx': 'round',
+                'prompt_style': 'prompt_style', 'allow_test_selection': 'allow_test_selection', **_VERIFY},
+    '05_stop_rule': {'scores': 'scores', 'rounds': 'rounds', 'data_stop_reason': 'data_stop_reason', 'baseline_score': 'S_0',
+                     'out_dir': 'round_dir'},
+    '06_report': {'run_dir': 'run_dir', 'upto_round': 'upto_round', 'figures_dir': 'figures'},
 }
-VOLATILE = {'threads', 'workers', 'save_every'}  # speed only: left out of the chain hash
-EVAL_DIR = 'eval'  # 04_eval writes into round_NN/eval/: its run cell checks that its out_dir holds only its own files
+WIRING = {s: w | {'stage_json': 'stage_json'} for s, w in WIRING.items()}
+WIRED = {s: set(w) for s, w in WIRING.items()}
 
 def notebook_path(stage:str, nbs=None) -> Path:
     "The source notebook of `stage` (in `nbs`, else `$EI_NBS`, else the repository's `nbs/`)."
@@ -81,17 +86,7 @@ DRIVER_KEYS = {
               'baseline_verdicts': ('', 'eval verdicts of the base model, instead of evaluating it')},
     'verify': {'backend': ('auto', 'auto, known, none, repl, lean or server (auto: lean when `lean` and a project exist, else known)'),
                'timeout': (300, 'seconds per proof'), 'workers': (0, 'parallel checks (0: the CPU count)')},
-    'eta': {'r_gen': (1025.0, 'generated tokens/s'), 'T_pool': (5000.0, 'mean completion tokens, pool sampling'),
-            'T_eval': (5700.0, 'mean completion tokens, evaluation'), 'f_code': (0.918, 'fraction of samples with code'),
-            't_v': (3.07, 'verification s per code sample (at the configured workers)'),
-            'gv_overhead_s': (1008.0, 'tail + engine load of a generate/verify stage'),
-            'eval_overhead_s': (1008.0, 'tail of an evaluation'), 'r_tr': (2152.0, 'padded training tokens/s'),
-            'sft_efficiency': (0.9, 'useful fraction of training tokens'), 'row_tokens': (2900.0, 'mean tokens per SFT row'),
-            'rows_per_problem': (2.85, 'SFT rows per selected problem (0.95 solved x 3 kept)'),
-            'save_s_per_40': (198.0, 'checkpoint seconds per 40 micro-steps'), 'micro_tokens': (18432.0, 'tokens per micro-step'),
-            'export_s': (360.0, 'merge + export'), 'model_bytes': (16.4e9, 'bytes of one checkpoint'),
-            'avg_bytes_per_s': (170e6, 'averaging arithmetic, bytes of output per s'), 'avg_io_s': (540.0, 'averaging I/O'),
-            'stage_s': (30.0, 'a stage without model work'), 'demo_s': (60.0, 'the demo data + warm start')},
+    'eta': ETA_KEYS,
 }
 STAGE_DRIVER_KEYS = {'03_average': {'anchor': ('original', 'original (the base model) or previous (the round input)')}}
 _STAGE_OF = {v: k for k, v in SECTIONS.items()}
@@ -118,53 +113,67 @@ def parse_set(item:str) -> tuple[str, str, object]:
     return section, key, value
 
 # %% ../nbs/driver.ipynb #1dbcf31d
-def load_config(path, # the TOML file
-                sets=(), # `--set SECTION.KEY=VALUE` overrides, applied in order
-                nbs=None, # notebook folder (default: the repository's nbs/)
-                warn=None, # called with each warning (default: stderr)
-               ) -> dict:
-    "The validated configuration: driver sections with defaults filled in, and `stages` (parameters by stage)."
+def _read_toml(path:Path, sets) -> dict:
+    "The TOML file with the `--set` overrides applied."
     import tomllib
-    from ei_nb.cli import say
-    warn = warn or say
-    path = Path(path)
     try: raw = tomllib.loads(path.read_text(encoding='utf-8'))
     except FileNotFoundError: raise BadInput(f'{path}: no such config file') from None
     except tomllib.TOMLDecodeError as e: raise BadInput(f'{path}: {e}') from None
     for item in sets:
         section, key, value = parse_set(item)
         raw.setdefault(section, {})[key] = value
-    known = set(DRIVER_KEYS) | set(_STAGE_OF)
-    if 'demo' not in raw: known.discard('demo')
-    cfg = {'source': str(path.resolve()), 'demo': 'demo' in raw, 'stages': {}, 'stage_driver': {}, 'defaults_used': {}}
+    return raw
+
+def _driver_section(path:Path, section:str, body:dict) -> dict:
+    "A driver section (`run`, `paths`, `verify`, `eta`) checked key by key, defaults filled in."
+    keys = DRIVER_KEYS[section]
+    for k, v in body.items():
+        if k not in keys: raise _unknown(f'key in [{section}] of {path}: key', k, keys)
+        if not _type_ok(v, keys[k][0]): raise BadInput(f'{path}: {section}.{k} = {v!r}: expected {type(keys[k][0]).__name__}')
+    return {k: body.get(k, d) for k, (d, _) in keys.items()}
+
+def _stage_section(path:Path, stage:str, body:dict, nbs, warn) -> tuple[dict, dict, list]:
+    "A stage section checked against its notebook's parameters: (parameters, driver-only keys, defaults used)."
+    section, params, body = SECTIONS[stage], notebook_parameters(notebook_path(stage, nbs)), dict(body)
+    extra = STAGE_DRIVER_KEYS.get(stage, {})
+    driver = {k: body.pop(k, d) for k, (d, _) in extra.items()}
+    for k, v in body.items():
+        if k in WIRED[stage]: raise BadInput(f'{path}: {section}.{k} is set by the driver (per round), not by the config')
+        if k not in params: raise _unknown(f'key in [{section}] of {path} (not a parameter of {stage}.ipynb nor a driver key): key', k, set(params) - WIRED[stage] | set(extra))
+        if not _type_ok(v, params[k]['default']):
+            raise BadInput(f'{path}: {section}.{k} = {v!r}: expected {type(params[k]["default"]).__name__} like the notebook default {params[k]["default"]!r}')
+    missing = sorted(set(params) - WIRED[stage] - set(body))
+    if missing: warn(f'config: [{section}] does not set {", ".join(missing)}: notebook defaults used')
+    return {k: body.get(k, params[k]['default']) for k in params if k not in WIRED[stage]}, driver, missing
+
+def _check_choices(path:Path, cfg:dict):
+    "The driver's keys that take one of a few values."
+    if cfg['stage_driver']['03_average']['anchor'] not in ('original', 'previous'):
+        raise BadInput(f"{path}: average.anchor must be 'original' or 'previous'")
+    if cfg['verify']['backend'] not in ('auto', 'known', 'none', 'repl', 'lean', 'server') and ':' not in cfg['verify']['backend']:
+        raise BadInput(f"{path}: verify.backend {cfg['verify']['backend']!r}: use auto, known, none, repl, lean, server or package.module:factory")
+    if cfg['run']['prompt_style'] not in ('chat', 'completion'): raise BadInput(f"{path}: run.prompt_style must be chat or completion")
+    if not (cfg['run']['name'] or cfg['run']['run_dir']): raise BadInput(f'{path}: set run.name (or run.run_dir)')
+
+def load_config(path, # the TOML file
+                sets=(), # `--set SECTION.KEY=VALUE` overrides, applied in order
+                nbs=None, # notebook folder (default: the repository's nbs/)
+                warn=None, # called with each warning (default: stderr)
+               ) -> dict:
+    "The validated configuration: driver sections with defaults filled in, and `stages` (parameters by stage)."
+    from ei_nb.cli import say
+    path = Path(path); raw = _read_toml(path, sets)
+    known = set(DRIVER_KEYS) | set(_STAGE_OF) - ({'demo'} if 'demo' not in raw else set())
     for section, body in raw.items():
         if section not in known: raise _unknown(f'section [{section}] in {path}: section', section, known)
         if not isinstance(body, dict): raise BadInput(f'{path}: [{section}] must be a table')
-    for section, keys in DRIVER_KEYS.items():
-        body = raw.get(section, {})
-        for k, v in body.items():
-            if k not in keys: raise _unknown(f'key in [{section}] of {path}: key', k, keys)
-            if not _type_ok(v, keys[k][0]): raise BadInput(f'{path}: {section}.{k} = {v!r}: expected {type(keys[k][0]).__name__}')
-        cfg[section] = {k: body.get(k, d) for k, (d, _) in keys.items()}
-    for section, stage in _STAGE_OF.items():
+    cfg = {'source': str(path.resolve()), 'demo': 'demo' in raw, 'stages': {}, 'stage_driver': {}, 'defaults_used': {}}
+    cfg |= {section: _driver_section(path, section, raw.get(section, {})) for section in DRIVER_KEYS}
+    for stage in SECTIONS:
         if stage == 'demo' and not cfg['demo']: continue
-        params, body = notebook_parameters(notebook_path(stage, nbs)), dict(raw.get(section, {}))
-        extra = STAGE_DRIVER_KEYS.get(stage, {})
-        cfg['stage_driver'][stage] = {k: body.pop(k, d) for k, (d, _) in extra.items()}
-        for k, v in body.items():
-            if k in WIRED[stage]: raise BadInput(f'{path}: {section}.{k} is set by the driver (per round), not by the config')
-            if k not in params: raise _unknown(f'key in [{section}] of {path} (not a parameter of {stage}.ipynb nor a driver key): key', k, set(params) - WIRED[stage] | set(extra))
-            if not _type_ok(v, params[k]['default']):
-                raise BadInput(f'{path}: {section}.{k} = {v!r}: expected {type(params[k]["default"]).__name__} like the notebook default {params[k]["default"]!r}')
-        missing = sorted(set(params) - WIRED[stage] - set(body))
-        if missing: cfg['defaults_used'][stage] = missing; warn(f'config: [{section}] does not set {", ".join(missing)}: notebook defaults used')
-        cfg['stages'][stage] = {k: body.get(k, params[k]['default']) for k in params if k not in WIRED[stage]}
-    if cfg['stage_driver']['03_average']['anchor'] not in ('original', 'previous'):
-        raise BadInput(f"{path}: average.anchor must be 'original' or 'previous'")
-    if cfg['verify']['backend'] not in ('auto', 'known', 'none', 'repl', 'lean', 'server'):
-        raise BadInput(f"{path}: verify.backend {cfg['verify']['backend']!r}: use auto, known, none, repl, lean or server")
-    if cfg['run']['prompt_style'] not in ('chat', 'completion'): raise BadInput(f"{path}: run.prompt_style must be chat or completion")
-    if not (cfg['run']['name'] or cfg['run']['run_dir']): raise BadInput(f'{path}: set run.name (or run.run_dir)')
+        cfg['stages'][stage], cfg['stage_driver'][stage], missing = _stage_section(path, stage, raw.get(SECTIONS[stage], {}), nbs, warn or say)
+        if missing: cfg['defaults_used'][stage] = missing
+    _check_choices(path, cfg)
     return cfg
 
 # %% ../nbs/driver.ipynb #e3c38421
@@ -185,92 +194,6 @@ def portable(obj, run_dir):
     if isinstance(obj, (list, tuple)): return [portable(v, run_dir) for v in obj]
     return obj.replace(root, '{run_dir}') if isinstance(obj, str) else obj
 
-# %% ../nbs/driver.ipynb #ed0e3790
-def chain_hash(stage:str, rnd:int, params:dict, inputs:dict, prev:str|None) -> str:
-    "The chain hash of a stage: its parameters (volatile ones left out), its inputs and the previous chain."
-    return sha256_json({'stage': stage, 'round': rnd, 'params': {k: v for k, v in params.items() if k not in VOLATILE},
-                        'inputs': inputs, 'prev': prev})
-
-def _diff(old:dict, new:dict) -> list[str]:
-    return [f'{k}: {old.get(k, "<unset>")!r} -> {new.get(k, "<unset>")!r}'
-            for k in sorted(set(old) | set(new), key=str) if k not in VOLATILE and old.get(k, '<unset>') != new.get(k, '<unset>')]
-
-def check_marker(marker:dict, params:dict, inputs:dict, prev:str|None, where:str) -> None:
-    "Raise `StageFailed` (exit 3) when a finished stage's marker does not match what would run now."
-    if d := _diff(marker['params'], params):
-        raise StageFailed(f'{where} is finished with other parameters: {"; ".join(d)}. '
-                          f'Use the old value, or --redo {where} to rerun it and everything after it')
-    if d := _diff(marker.get('inputs', {}), inputs):
-        raise StageFailed(f'{where}: an input changed since it finished: {"; ".join(d)}. Restore it, or --redo {where}')
-    if marker.get('prev') != prev:
-        raise StageFailed(f'{where}: the stage before it was rerun or changed since it finished (chain '
-                          f'{str(marker.get("prev"))[:12]} -> {str(prev)[:12]}); --redo {where}')
-
-# %% ../nbs/driver.ipynb #e0e3f59e
-ROUND0_STAGES = ('demo', 'inputs', '01_sample_verify', '04_eval')
-FINAL = 10**6  # the round number of the final report
-
-def step_order(rnd:int, stage:str) -> tuple[int, int]:
-    "Sort key of a step in run order."
-    return (rnd, (ROUND0_STAGES if rnd == 0 else ROUND_STAGES).index(stage) if rnd != FINAL else 0)
-
-def parse_redo(spec:str) -> tuple[int, str]:
-    "`'R:STAGE'` (stage by name, number or section name) → (round, stage)."
-    m = re.fullmatch(r'\s*(\d+)\s*:\s*(\S+)\s*', spec)
-    if not m: raise BadInput(f'--redo {spec!r}: expected ROUND:STAGE, e.g. 2:02_sft')
-    rnd, s = int(m.group(1)), m.group(2)
-    names = ROUND0_STAGES if rnd == 0 else ROUND_STAGES
-    hits = [n for n in names if s in (n, n[:2], n[3:], SECTIONS.get(n))]
-    if len(hits) != 1: raise BadInput(f'--redo {spec!r}: no stage {s!r} in round {rnd}; stages: {", ".join(names)}')
-    return rnd, hits[0]
-
-# %% ../nbs/driver.ipynb #eb1ae5b0
-OUTPUTS = {
-    'demo': ['demo'],
-    'inputs': ['inputs'],
-    '00_select': ['measurement.jsonl', 'selected.jsonl', 'select.json'],
-    '01_sample_verify': ['samples.jsonl', 'samples.jsonl.settings.json', 'verdicts.jsonl', 'sample_verify.json', 'sample_verify.png'],
-    '02_sft': ['sft.jsonl', 'sft.json', 'adapter', 'merged', 'checkpoints', 'train.json'],
-    '03_average': ['model'],
-    '04_eval': ['eval'],
-    '05_stop_rule': ['decision.json'],
-    '06_report': [],
-}
-
-def step_dir(run_dir, rnd:int) -> Path:
-    "Folder of round `rnd` (the run folder itself for the final report)."
-    return Path(run_dir) if rnd == FINAL else Path(run_dir)/f'round_{rnd:02d}'
-
-def marker_path(run_dir, rnd:int, stage:str) -> Path:
-    return step_dir(run_dir, rnd)/'stages'/f'{stage}.done'
-
-def existing_markers(run_dir) -> list[tuple[int, str, Path]]:
-    "`(round, stage, path)` of every marker of the run, in run order."
-    out = []
-    for p in Path(run_dir).glob('round_*/stages/*.done'): out.append((int(p.parent.parent.name[6:]), p.stem, p))
-    if (p := marker_path(run_dir, FINAL, '06_report')).exists(): out.append((FINAL, '06_report', p))
-    return sorted(out, key=lambda t: step_order(t[0], t[1]))
-
-def redo(run_dir, rnd:int, stage:str, log=print) -> list[str]:
-    "Invalidate step (rnd, stage) and every later step: markers removed, outputs moved to `superseded/STAMP/`."
-    run_dir, first = Path(run_dir), step_order(rnd, stage)
-    stamp = datetime.datetime.now().strftime('%Y%m%d-%H%M%S-%f')
-    done, todo = [], [(r, s, p) for r, s, p in existing_markers(run_dir) if step_order(r, s) >= first]
-    targets = {(r, s) for r, s, _ in todo} | {(rnd, stage)}
-    for r, s in sorted(targets, key=lambda t: step_order(*t)):
-        d, m = step_dir(run_dir, r), marker_path(run_dir, r, s)
-        out_dir = run_dir if s in ('demo', 'inputs') else d
-        paths = {out_dir/n for n in OUTPUTS.get(s, [])} | {d/f'{s}.ipynb'}
-        if m.exists(): paths |= {out_dir/n for n in json.loads(m.read_text()).get('outputs', [])}
-        for src in sorted(paths):
-            if src.exists() or src.is_symlink():
-                dst = run_dir/'superseded'/stamp/src.relative_to(run_dir)
-                dst.parent.mkdir(parents=True, exist_ok=True); os.replace(src, dst)
-        m.unlink(missing_ok=True)
-        done.append(f'{r}:{s}' if r != FINAL else 'final:06_report')
-    log(f'redo: invalidated {", ".join(done)}' + (f' (outputs in superseded/{stamp}/)' if done else ''))
-    return done
-
 # %% ../nbs/driver.ipynb #5ddf1e99
 def check_scored(scored:list[dict], protected:list[dict], allow_test_selection:bool=False, rounds:int=3) -> None:
     "Refuse (`BadInput`) a scored set with test problems, unless a one-round diagnostic is asked for."
@@ -289,57 +212,6 @@ def clean_pool(pool:list[dict], excluded:list[dict]) -> tuple[list[dict], list[s
     kept, removed = decontaminate(pool, excluded)
     return kept, [p['name'] for p in removed]
 
-# %% ../nbs/driver.ipynb #dcf12dd4
-def fingerprint(path) -> str|None:
-    "Content fingerprint of a file or folder (None if absent)."
-    import hashlib
-    p = Path(path)
-    if not p.exists(): return None
-    if p.is_dir(): return sha256_json({q.relative_to(p).as_posix(): fingerprint(q) for q in sorted(p.rglob('*')) if q.is_file()})
-    size = p.stat().st_size
-    if size <= 256 << 20: return sha256_file(p)
-    h = hashlib.sha256(str(size).encode())
-    with open(p, 'rb') as f:
-        h.update(f.read(1 << 20)); f.seek(size - (1 << 20)); h.update(f.read(1 << 20))
-    return h.hexdigest()
-
-#| export
-def verdicts_fingerprint(path) -> str|None:
-    "Fingerprint of what selection reads from a verdict file: (name, sample_idx, verdict), in order; timings ignored."
-    from ei_nb.core import iter_jsonl
-    if not Path(path).exists(): return None
-    return sha256_json([(r['name'], r['sample_idx'], r['verdict']) for _, r in iter_jsonl(path)])
-
-# %% ../nbs/driver.ipynb #262ce6f4
-def stage_work(stage:str, cfg:dict, P:int, N:int, rnd:int=1) -> float:
-    "Units of work of a step: samples (01, 04), training tokens (02), output bytes (03), else 1."
-    st, e = cfg['stages'], cfg['eta']
-    if stage == '01_sample_verify': return P * st['01_sample_verify']['n']
-    if stage == '04_eval': return N * st['04_eval']['n']
-    if stage == '02_sft': return P * e['rows_per_problem'] * e['row_tokens'] * st['02_sft']['epochs']
-    if stage == '03_average': return e['model_bytes']
-    return 1.0
-
-def model_seconds(stage:str, cfg:dict, work:float) -> float:
-    "Seconds for `work` units of `stage` by the compute model of DESIGN.md."
-    e, st = cfg['eta'], cfg['stages']
-    if stage in ('01_sample_verify', '04_eval'):
-        T = min(e['T_pool' if stage[:2] == '01' else 'T_eval'], st[stage]['max_new_tokens'])
-        return max(work * T / e['r_gen'], work * e['f_code'] * e['t_v']) + e['gv_overhead_s' if stage[:2] == '01' else 'eval_overhead_s']
-    if stage == '02_sft':
-        return work / (e['r_tr'] * e['sft_efficiency']) + work / (e['sft_efficiency'] * e['micro_tokens']) / 40 * e['save_s_per_40'] + e['export_s']
-    if stage == '03_average': return work / e['avg_bytes_per_s'] + e['avg_io_s']
-    return e['demo_s'] if stage == 'demo' else e['stage_s']
-
-def eta_seconds(stage:str, cfg:dict, work:float, rates:dict) -> tuple[float, str]:
-    "(seconds, 'measured' or 'model'): the measured rate of this stage when there is one."
-    if (m := rates.get(stage)) and m.get('s_per_unit') is not None: return m['s_per_unit'] * work, 'measured'
-    return model_seconds(stage, cfg, work), 'model'
-
-def hms(s:float) -> str:
-    "Seconds as H:MM:SS."
-    s = int(round(s)); return f'{s//3600}:{s%3600//60:02d}:{s%60:02d}'
-
 # %% ../nbs/driver.ipynb #d35a7d7f
 def _child_main(job_path=None):
     "Entry of the stage child process: run one notebook with papermill, write the outcome as JSON."
@@ -351,7 +223,6 @@ def _child_main(job_path=None):
     if os.getppid() != job['driver_pid']: sys.exit(1)
     nb = nbformat.read(job['input'], as_version=4)
     pre = [nbformat.v4.new_markdown_cell(job['banner'], metadata={'tags': ['ei-driver']})]
-    if job.get('setup'): pre.append(nbformat.v4.new_code_cell(job['setup'], metadata={'tags': ['ei-driver']}))
     i = next((k + 1 for k, c in enumerate(nb.cells) if c.cell_type == 'markdown'), 0)
     nb.cells[i:i] = pre
     nb.metadata['kernelspec'] = {'name': job['kernel'], 'display_name': job['kernel'], 'language': 'python'}
@@ -394,13 +265,13 @@ def _stop(proc, tag:str, grace:float=20.0):
         proc.wait()
     kill_strays(tag)
 
-def execute(stage_nb, out_nb, parameters:dict, cwd, tag:str, banner:str, setup:str='', kernel:str='python3',
+def execute(stage_nb, out_nb, parameters:dict, cwd, tag:str, banner:str, kernel:str='python3',
             timeout:int|None=None, env:dict|None=None, log_path=None) -> dict:
     "Run one notebook in a child process; the outcome dict; `KeyboardInterrupt` stops the child and re-raises."
     out_nb, work = Path(out_nb), Path(out_nb).parent/'.partial'
     work.mkdir(parents=True, exist_ok=True)
     job = {'input': str(stage_nb), 'output': str(work/out_nb.name), 'parameters': parameters, 'cwd': str(cwd), 'kernel': kernel,
-           'timeout': timeout, 'banner': banner, 'setup': setup, 'result': str(work/f'{out_nb.stem}.result.json'),
+           'timeout': timeout, 'banner': banner, 'result': str(work/f'{out_nb.stem}.result.json'),
            'driver_pid': os.getpid()}
     Path(job['result']).unlink(missing_ok=True)
     atomic_write_json(work/f'{out_nb.stem}.job.json', job)
@@ -444,185 +315,190 @@ def merge_measurements(old_path, new_path, out_path) -> Path:
     return Path(out_path)
 
 # %% ../nbs/driver.ipynb #bc9cedfb
+def resolve_paths(cfg:dict, run_dir:Path, seed_verdicts:str='', baseline_verdicts:str='') -> dict:
+    "The `[paths]` of the config expanded and made absolute (`--seed-verdicts`/`--baseline-verdicts` win)."
+    paths = {k: expand(v, run_dir, Path(cfg['source']).parent) for k, v in cfg['paths'].items()}
+    paths['seed_verdicts'] = seed_verdicts or paths['seed_verdicts']
+    paths['baseline_verdicts'] = baseline_verdicts or paths['baseline_verdicts']
+    absolute = lambda v: str(Path(v).resolve()) if v else v
+    return {k: v if k == 'scored_split' else [absolute(x) for x in v] if isinstance(v, list) else absolute(v) for k, v in paths.items()}
+
+def _param(v):
+    "A wired value as papermill gets it: paths as strings."
+    return [_param(x) for x in v] if isinstance(v, (list, tuple)) else str(v) if isinstance(v, Path) else v
+
+# %% ../nbs/driver.ipynb #33f16a47
 class Run:
-    "One `ei run`: the configuration, the run folder and the steps."
+    "One `ei run`: the configuration, the run folder, and the recipe of its steps."
     def __init__(self, cfg:dict, run_dir, nbs=None, log=None, seed_verdicts='', baseline_verdicts='', until=None):
         from ei_nb.cli import say
-        self.cfg, self.run_dir, self.nbs, self.log = cfg, Path(run_dir).resolve(), nbs, log or say
-        self.tag, self.prev, self.until = str(self.run_dir), None, until
-        self.paths = {k: expand(v, self.run_dir, Path(cfg['source']).parent) for k, v in cfg['paths'].items()}
-        self.paths['seed_verdicts'] = seed_verdicts or self.paths['seed_verdicts']
-        self.paths['baseline_verdicts'] = baseline_verdicts or self.paths['baseline_verdicts']
-        self.paths = {k: v if k == 'scored_split' else str(Path(v).resolve()) if isinstance(v, str) and v
-                      else [str(Path(x).resolve()) for x in v] if isinstance(v, list) else v for k, v in self.paths.items()}
-        self.rates = _read_json(self.run_dir/'rates.json', {})
-        self.walls = {}
+        self.cfg, self.nbs, self.log, self.until = cfg, nbs, log or say, until
+        self.layout = RunLayout(Path(run_dir).resolve())
+        self.run_dir, self.tag, self.prev = self.layout.run_dir, str(self.layout.run_dir), None
+        self.paths = resolve_paths(cfg, self.run_dir, seed_verdicts, baseline_verdicts)
+        self.rates, self.walls = _read_json(self.layout.rates, {}), {}
 
-    # -- helpers
-    def rdir(self, rnd:int) -> Path: return step_dir(self.run_dir, rnd)
-    def model(self, rnd:int) -> str: return self.paths['base_model'] if rnd == 0 else str(self.rdir(rnd)/'model')
-    @property
-    def excluded_paths(self) -> list[str]: return list(self.paths['protected']) + [str(self.run_dir/'inputs'/'scored.jsonl')]
-
-    def verifier(self) -> dict:
-        "The verifier parameters shared by sampling and evaluation ('auto' resolved)."
-        v, project = self.cfg['verify'], self.paths['lean_project']
-        backend = v['backend']
-        if backend == 'auto': backend = 'lean' if shutil.which('lean') and project and Path(project).is_dir() else 'known'
-        return {'verify_backend': backend, 'lean_project': project if backend in ('lean', 'repl') else '',
-                'workers': v['workers'], 'timeout': v['timeout']}
-
-    def banner(self, rnd:int, stage:str, chain:str) -> str:
-        where = 'the final report' if rnd == FINAL else f'round {rnd}'
-        text = (f"**Executed by `ei run`** — run `{self.run_dir.name}`, {where}, stage `{stage}`, chain `{chain[:16]}`. "
-                f"The driver's parameters are in the cell tagged `injected-parameters`; its marker is "
-                f"`{marker_path(self.run_dir, rnd, stage).relative_to(self.run_dir)}`.")
-        v = self.verifier()['verify_backend']
-        if self.cfg['demo'] or v == 'known':
-            from ei_nb.demo import DEMO_NOTICE
-            text += '\n\n' + ('**CPU demo.** ' if self.cfg['demo'] else '') + (DEMO_NOTICE if v == 'known' else
-                     f'Verification: real Lean (`{v}`). The numbers demonstrate the machinery, not a prover.')
-            if self.cfg['demo']: text += ' The model is a tiny random Qwen3 warm-started on known proofs: it memorises, it does not prove.'
-        return text
-
-    def known_proofs(self) -> Path:
-        "The known Lean-accepted proofs of the `known` verifier: the demo's copy, else the run's (written by `inputs`)."
-        return self.run_dir/'demo'/'known_proofs.jsonl' if self.cfg['demo'] else self.run_dir/'inputs'/'known_proofs.jsonl'
-
-    def setup_code(self, stage:str) -> str:
-        if stage not in ('01_sample_verify', '04_eval') or self.verifier()['verify_backend'] != 'known': return ''
-        known = self.known_proofs()
-        return ("# Injected by `ei run`: verifier backend 'known' (no Lean ran). A proof passes only if it is identical,\n"
-                "# after whitespace normalisation, to a proof Lean already accepted; see nbs/demo.ipynb.\n"
-                f"from ei_nb.demo import use_known_proofs\nuse_known_proofs({str(known)!r})")
-
-    # -- one step
-    def step(self, rnd:int, stage:str, params:dict, inputs:dict|None=None, outputs_in=None) -> dict:
-        "Skip a finished step (after checking its marker), else execute it; the marker (status done or data_stop)."
-        where = f'{rnd}:{stage}' if rnd != FINAL else 'final:06_report'
-        inputs = inputs or {}
-        pparams, pinputs = portable(params, self.run_dir), portable(inputs, self.run_dir)
-        chain = chain_hash(stage, rnd, pparams, pinputs, self.prev)
-        mp = marker_path(self.run_dir, rnd, stage)
-        if mp.exists():
-            m = json.loads(mp.read_text())
-            check_marker(m, pparams, pinputs, self.prev, where)
-            self.prev, self.walls[(rnd, stage)] = m['chain'], m.get('wall_s')
-            return m
-        d = self.rdir(rnd); d.mkdir(parents=True, exist_ok=True)
-        before = {p.name for p in (outputs_in or d).iterdir()}
-        nb_out = d/f'{stage}.ipynb'
-        self.log(f'ei run: {where} -> {nb_out.relative_to(self.run_dir.parent)} (ETA {self.eta_text(rnd, stage)})')
+    # -- the recipe
+    def go(self) -> dict:
+        "Run (or resume) the whole run; the summary. Raises `DataStop` (exit 4) after a data stop."
         t0 = time.time()
-        res = execute(notebook_path(stage, self.nbs), nb_out, params, d, self.tag, self.banner(rnd, stage, chain),
-                      self.setup_code(stage), self.cfg['run']['kernel'], self.cfg['run']['cell_timeout'],
-                      {k: str(v) for k, v in self.cfg['run']['env'].items()}, d/'.partial'/f'{stage}.log')
-        wall = round(time.time() - t0, 3)
-        status = 'done' if res['status'] == 'ok' else 'data_stop' if res.get('ename') == 'DataStop' else 'failed'
-        if res.get('ename') == 'KeyboardInterrupt': raise KeyboardInterrupt(f'{where}: interrupted inside the kernel')
-        m = {'stage': stage, 'round': rnd, 'status': status, 'chain': chain, 'prev': self.prev, 'params': pparams,
-             'inputs': pinputs, 'notebook': str(nb_out.relative_to(self.run_dir)), 'wall_s': wall,
-             'finished': datetime.datetime.now().isoformat(timespec='seconds'),
-             'outputs': sorted({p.name for p in (outputs_in or d).iterdir()} - before - {'.partial', 'stages'})}
-        if status == 'failed':
-            m['error'] = {k: res.get(k) for k in ('status', 'ename', 'evalue', 'cell_index')}
-            self.failure = m
-            raise StageFailed(f"{where} failed: {res.get('ename')}: {str(res.get('evalue'))[:300]}\n"
-                              f"  look at {nb_out} (the failing cell{' #' + str(res['cell_index']) if res.get('cell_index') is not None else ''} "
-                              f"shows the traceback) and {d/'.partial'/(stage + '.log')}")
-        if status == 'data_stop': m['reason'] = str(res.get('evalue'))
-        atomic_write_json(mp, m)
-        self.prev, self.walls[(rnd, stage)] = chain, wall
-        self.measure(rnd, stage, wall)
-        if self.until == (rnd, stage): raise _Until()
-        return m
+        self.layout.round(0).dir.mkdir(parents=True, exist_ok=True)
+        if self.cfg['demo']: self.step(0, 'demo')
+        self.inputs()
+        if not self.paths['seed_verdicts']: self.step(0, '01_sample_verify')
+        self.S0, self.baseline_path = self.baseline()
+        self.manifest(0)
+        scores, dec, last = [], None, 0
+        for r in range(1, self.cfg['run']['rounds'] + 1):
+            dec, last = self.one_round(r, scores), r
+            if dec['stop']: break
+        self.step(FINAL, '06_report')
+        self.log(f'ei run: audit trail -> {render_run(self.run_dir)}')
+        return self.finish(t0, scores, dec, last)
 
-    # -- rates and ETA
-    def sizes(self) -> tuple[int|None, int|None]:
-        "Pool and scored-set sizes: from the run's inputs, else from the configured files (or the demo's sizes)."
-        pool, scored = self.count(self.run_dir/'inputs'/'pool.jsonl'), self.count(self.run_dir/'inputs'/'scored.jsonl')
-        if pool is None or scored is None:
-            if not hasattr(self, '_planned'): self._planned = _plan_count(self)
-            pool, scored = pool or self._planned[0], scored or self._planned[1]
-        return pool, scored
+    def one_round(self, r:int, scores:list) -> dict:
+        "Stages 00..04 of round r (a stage may stop the run for lack of data), then the decision and the report."
+        if r >= 2: merge_measurements(self.measurement(r - 1), self.layout.round(r - 1).verdicts, self.measurement(r))
+        for stage in ROUND_STAGES[:5]:
+            m = self.step(r, stage)
+            if m['status'] == 'data_stop':
+                self.log(f"ei run: data stop in {r}:{stage}: {m['reason']}")
+                return self.end_round(r, scores, f"{stage}: {m['reason']}")
+        scores.append(self.headline(r, '04_eval')['solved'])
+        return self.end_round(r, scores)
 
-    def work(self, rnd:int, stage:str) -> float:
-        pool, N = self.sizes()
-        cap = self.cfg['stages']['00_select']['max_problems']
-        sel = self.count(self.rdir(rnd)/'selected.jsonl') if rnd else None
-        P = pool if rnd == 0 else sel if sel is not None else min(cap, pool) if pool else cap
-        if stage == '01_sample_verify' and rnd == 1 and not self.paths['seed_verdicts']: P = 0   # reuses the pool measurement
-        return stage_work(stage, self.cfg, P if P is not None else cap, N or 244, rnd)
+    def end_round(self, r:int, scores:list, data_stop_reason:str='') -> dict:
+        "05 decides (a data stop included), 06 reports the round; the decision."
+        self.step(r, '05_stop_rule', scores, data_stop_reason)
+        self.manifest(r)
+        self.step(r, '06_report')
+        self.manifest(r)
+        return self.headline(r, '05_stop_rule')
 
-    @staticmethod
-    def count(path) -> int|None:
-        try:
-            with open(path, 'rb') as f: return sum(1 for l in f if l.strip())
-        except OSError: return None
+    def finish(self, t0:float, scores:list, dec:dict|None, last:int) -> dict:
+        "Point `best/`, write `run_summary.json`; the summary (`DataStop` after a data stop)."
+        best = dec['best_round'] if dec else 0
+        summary = {'run_dir': str(self.run_dir), 'rounds': last, 'S_0': self.S0, 'scores': scores, 'decision': dec,
+                   'best_round': best, 'best': self.link_best(best), 'report': str(self.layout.report),
+                   'wall_s': round(time.time() - t0, 1),
+                   'stage_wall_s': {where(r, s): w for (r, s), w in self.walls.items()}}
+        if dec and dec.get('best_note'): summary['best_note'] = dec['best_note']
+        atomic_write_json(self.layout.summary, summary)
+        if dec and dec.get('reason') == 'data': raise DataStop(f"round {last}: {dec.get('detail')} (report: {summary['report']})")
+        return summary
 
-    def measure(self, rnd:int, stage:str, wall:float):
-        "Record the measured seconds per unit of work of a finished step."
-        work = self.work(rnd, stage)
-        d = self.rdir(rnd)
-        if stage == '01_sample_verify':
-            work = (_read_json(d/'sample_verify.json', {}) or {}).get('n_generated', work)
-            if not work: return   # every sample was reused: nothing to learn about the generation rate
-        if stage == '04_eval': work = (_read_json(d/EVAL_DIR/'eval.json', {}) or {}).get('n_samples') or work
-        if stage == '02_sft':
-            s = _read_json(d/'sft.json', {}) or {}
-            if s.get('tokens'): work = s['tokens'] * self.cfg['stages']['02_sft']['epochs']
-        if stage == '03_average': work = (_read_json(d/'model'/'average.json', {}) or {}).get('bytes_written') or work
-        if not work: return
-        self.rates[stage] = {'s_per_unit': wall / work, 'wall_s': wall, 'work': work, 'round': rnd}
-        atomic_write_json(self.run_dir/'rates.json', self.rates)
+    def link_best(self, best:int) -> str:
+        "Point `RUN/best` at the best round's model (the base model for round 0)."
+        target, link = self.layout.model(best, self.paths['base_model']), self.layout.best
+        tmp = link.with_name('.best.tmp')
+        if tmp.is_symlink() or tmp.exists(): tmp.unlink()
+        os.symlink(os.path.relpath(target, self.run_dir), tmp); os.replace(tmp, link)
+        return str(link)
 
-    def eta(self, rnd:int, stage:str) -> tuple[float, str]:
-        return eta_seconds(stage, self.cfg, self.work(rnd, stage), self.rates)
-
-    def eta_text(self, rnd:int, stage:str) -> str:
-        s, src = self.eta(rnd, stage); return f'{hms(s)}, {src}'
-
-    # -- wiring: the parameters of each step
-    def params(self, rnd:int, stage:str, scores=None, data_stop_reason:str='') -> dict:
-        "The parameters papermill injects into `stage` of round `rnd` (config section + wired keys)."
-        cfg, d, R = self.cfg, self.rdir(rnd), self.cfg['run']['rounds']
-        base, ps, inp = dict(cfg['stages'][stage]), cfg['run']['prompt_style'], self.run_dir/'inputs'
-        if stage == 'demo': return base | {'out_dir': str(self.run_dir/'demo'), 'prompt_style': ps}
-        if stage == '06_report':
-            return base | {'run_dir': str(self.run_dir), 'upto_round': -1 if rnd == FINAL else rnd, 'figures_dir': str(self.run_dir/'figures')}
-        if stage == '01_sample_verify':
-            problems = inp/'pool.jsonl' if rnd == 0 else d/'selected.jsonl'
-            seed = {'seed_samples_path': '', 'seed_verdicts_path': ''}
-            if rnd == 1 and not self.paths['seed_verdicts']:
-                seed = {'seed_samples_path': str(self.rdir(0)/'samples.jsonl'), 'seed_verdicts_path': str(self.rdir(0)/'verdicts.jsonl')}
-            return base | {'problems_path': str(problems), 'model_dir': self.model(max(rnd - 1, 0)), 'out_dir': str(d),
-                           'round_idx': rnd, 'prompt_style': ps, **self.verifier(), **seed}
-        if stage == '04_eval':
-            return base | {'problems_path': str(inp/'scored.jsonl'), 'model_dir': self.model(rnd), 'out_dir': str(d/EVAL_DIR), 'round_idx': rnd,
-                           'prompt_style': ps, 'allow_test_selection': cfg['run']['allow_test_selection'], **self.verifier()}
-        if stage == '00_select':
-            return base | {'pool_path': str(inp/'pool.jsonl'), 'results_path': str(self.measurement(rnd)),
-                           'protected_paths': self.excluded_paths, 'out_dir': str(d)}
-        if stage == '02_sft':
-            return base | {'problems_path': str(d/'selected.jsonl'), 'samples_path': str(d/'samples.jsonl'),
-                           'verdicts_path': str(d/'verdicts.jsonl'), 'model_dir': self.model(rnd - 1), 'out_dir': str(d),
-                           'protected_paths': self.excluded_paths, 'round_idx': rnd, 'style': ps}
-        if stage == '03_average':
-            anchor = self.paths['base_model'] if cfg['stage_driver']['03_average']['anchor'] == 'original' else self.model(rnd - 1)
-            return base | {'anchor_dir': anchor, 'finetuned_dir': str(d/'merged'), 'out_dir': str(d/'model')}
-        if stage == '05_stop_rule':
-            return base | {'scores': list(scores) if scores is not None else '<S_1..S_r>', 'rounds': R,
-                           'data_stop_reason': data_stop_reason, 'out_dir': str(d)}
-        raise BadInput(f'unknown stage {stage!r}')
+    # -- what the stages said
+    def headline(self, rnd:int, stage:str) -> dict:
+        "The headline numbers of a finished stage, from its `stage.json`."
+        rec = read_stage_json(self.layout.round(rnd).stage_json(stage))
+        if rec is None: raise StageFailed(f'{where(rnd, stage)} is marked finished but wrote no stage.json: --redo {where(rnd, stage)}')
+        return rec['headline']
 
     def measurement(self, rnd:int) -> Path:
         "The verdicts that select round `rnd`'s problems."
-        if rnd == 1: return Path(self.paths['seed_verdicts'] or self.rdir(0)/'verdicts.jsonl')
-        return self.rdir(rnd)/'measurement.jsonl'
+        return self.layout.measurement(rnd, self.paths['seed_verdicts'])
 
-    # -- round 0
-    def inputs(self) -> dict:
-        "The driver's input check (split hygiene, decontaminated pool) as the `inputs` step of round 0."
+    def model(self, rnd:int) -> Path: return self.layout.model(rnd, self.paths['base_model'])
+
+    @property
+    def excluded_paths(self) -> list[str]: return list(self.paths['protected']) + [str(self.layout.scored)]
+
+    # -- the wiring: every value `WIRING` names
+    def sources(self, rnd:int, stage:str, scores=None, data_stop_reason:str='') -> dict:
+        "Where each wired value comes from in round `rnd` (lazily: only the names a stage wires are computed)."
+        L, R, run = self.layout, self.layout.round(rnd), self.cfg['run']
+        first = rnd == 1 and not self.paths['seed_verdicts']   # round 1 reuses the pool measurement of the same model
+        anchor = self.cfg['stage_driver']['03_average']['anchor']
+        return {
+            'run_dir': lambda: L.run_dir, 'round_dir': lambda: R.dir, 'demo_dir': lambda: L.demo, 'figures': lambda: L.figures,
+            'stage_json': lambda: R.stage_json(stage), 'round': lambda: rnd, 'rounds': lambda: run['rounds'],
+            'upto_round': lambda: -1 if rnd == FINAL else rnd, 'prompt_style': lambda: run['prompt_style'],
+            'allow_test_selection': lambda: run['allow_test_selection'], 'in_a_round': lambda: rnd >= 1,
+            'pool': lambda: L.pool, 'scored': lambda: L.scored, 'excluded': lambda: self.excluded_paths,
+            'measurement': lambda: self.measurement(rnd), 'to_sample': lambda: L.pool if rnd == 0 else R.selected,
+            'seed_samples': lambda: L.round(0).samples if first else '', 'seed_verdicts': lambda: L.round(0).verdicts if first else '',
+            'selected': lambda: R.selected, 'samples': lambda: R.samples, 'verdicts': lambda: R.verdicts,
+            'model_in': lambda: self.model(max(rnd - 1, 0)), 'model': lambda: self.model(rnd), 'merged': lambda: R.merged,
+            'anchor': lambda: self.paths['base_model'] if anchor == 'original' else self.model(rnd - 1), 'averaged': lambda: R.model,
+            'eval_dir': lambda: R.eval_dir,
+            'scores': lambda: list(scores) if scores is not None else '<S_1..S_r>', 'data_stop_reason': lambda: data_stop_reason,
+            'S_0': lambda: getattr(self, 'S0', '<S_0>'),
+            **{k: (lambda k=k: self.verifier_params()[k]) for k in _VERIFY}}
+
+    def params(self, rnd:int, stage:str, scores=None, data_stop_reason:str='') -> dict:
+        "The parameters papermill injects into `stage` of round `rnd`: its config section and its wired values."
+        if stage not in WIRING: raise BadInput(f'unknown stage {stage!r}')
+        src = self.sources(rnd, stage, scores, data_stop_reason)
+        return dict(self.cfg['stages'][stage]) | {k: _param(src[name]()) for k, name in WIRING[stage].items()}
+
+    def step_inputs(self, rnd:int, stage:str) -> dict:
+        "Fingerprints of what a step reads from outside the chain: the measurement a selection reads."
+        return {'measurement': verdicts_fingerprint(self.measurement(rnd))} if stage == '00_select' else {}
+
+    # -- one step
+    def step(self, rnd:int, stage:str, scores=None, data_stop_reason:str='') -> dict:
+        "Skip a finished step (after checking its marker), else execute it; its marker (status done or data_stop)."
+        raw = self.params(rnd, stage, scores, data_stop_reason)
+        params, inputs = portable(raw, self.run_dir), portable(self.step_inputs(rnd, stage), self.run_dir)
+        if (m := finished(self.layout, rnd, stage, params, inputs, self.prev)):
+            self.prev, self.walls[(rnd, stage)] = m['chain'], m.get('wall_s')
+            return m
+        chain = chain_hash(stage, rnd, params, inputs, self.prev)
+        res, wall, outputs = self.execute(rnd, stage, raw, chain)
+        if res.get('ename') == 'KeyboardInterrupt': raise KeyboardInterrupt(f'{where(rnd, stage)}: interrupted inside the kernel')
+        status = 'done' if res['status'] == 'ok' else 'data_stop' if res.get('ename') == 'DataStop' else 'failed'
+        extra = {'notebook': self.layout.relative(self.layout.round(rnd).notebook(stage)), 'wall_s': wall, 'outputs': outputs}
+        if status == 'failed': self.fail(rnd, stage, res, chain, params, extra)
+        if status == 'data_stop': extra['reason'] = str(res.get('evalue'))
+        m = record(self.layout, rnd, stage, chain, self.prev, params, inputs, status, **extra)
+        self.prev, self.walls[(rnd, stage)] = chain, wall
+        record_rate(self.rates, self.layout.rates, stage, rnd, wall, self.layout.round(rnd).stage_json(stage))
+        if self.until == (rnd, stage): raise _Until()
+        return m
+
+    def execute(self, rnd:int, stage:str, params:dict, chain:str) -> tuple[dict, float, list[str]]:
+        "Run the stage's notebook into the round folder; (outcome, wall seconds, names it added)."
+        R = self.layout.round(rnd)
+        R.dir.mkdir(parents=True, exist_ok=True)
+        root = self.run_dir if stage == 'demo' else R.dir
+        before = {p.name for p in root.iterdir()}
+        self.log(f'ei run: {where(rnd, stage)} -> {R.notebook(stage).relative_to(self.run_dir.parent)} (ETA {self.eta_text(rnd, stage)})')
+        t0 = time.time()
+        res = execute(notebook_path(stage, self.nbs), R.notebook(stage), params, R.dir, self.tag, self.banner(rnd, stage, chain),
+                      self.cfg['run']['kernel'], self.cfg['run']['cell_timeout'],
+                      {k: str(v) for k, v in self.cfg['run']['env'].items()}, R.partial/f'{stage}.log')
+        outputs = sorted({p.name for p in root.iterdir()} - before - {'.partial', 'stages'})
+        if R.notebook(stage).exists():   # the record opens with the stage's own summary (trail)
+            annotate_executed(R.notebook(stage), notebook_path(stage, self.nbs), R.stage_json(stage),
+                              notebook_links(self.layout, rnd, stage, self.cfg['run']['rounds']), None if rnd == FINAL else rnd)
+        return res, round(time.time() - t0, 3), outputs
+
+    def fail(self, rnd:int, stage:str, res:dict, chain:str, params:dict, extra:dict):
+        "Keep the failure for the manifest and raise `StageFailed` (exit 3) pointing at the failing notebook."
+        R, cell = self.layout.round(rnd), res.get('cell_index')
+        self.failure = {'stage': stage, 'round': rnd, 'status': 'failed', 'chain': chain, 'prev': self.prev, 'params': params, **extra,
+                        'error': {k: res.get(k) for k in ('status', 'ename', 'evalue', 'cell_index')}}
+        raise StageFailed(f"{where(rnd, stage)} failed: {res.get('ename')}: {str(res.get('evalue'))[:300]}\n"
+                          f"  look at {R.notebook(stage)} (the failing cell{' #' + str(cell) if cell is not None else ''} "
+                          f"shows the traceback) and {R.partial/(stage + '.log')}")
+
+    # -- round 0: the driver's own step, and the baseline
+    def input_params(self) -> dict:
+        "The parameters of the `inputs` step: the configured files and the split-hygiene switch."
+        p = self.paths
+        return {k: p[k] for k in ('pool', 'scored', 'scored_split', 'protected', 'base_model', 'seed_verdicts', 'baseline_verdicts')} \
+               | {'allow_test_selection': self.cfg['run']['allow_test_selection']}
+
+    def check_inputs(self) -> dict:
+        "Split hygiene on the configured files: the scored set, the protected problems, and the decontaminated pool."
         p, run = self.paths, self.cfg['run']
         for k in ('pool', 'scored', 'base_model'):
             if not p[k]: raise BadInput(f'paths.{k} is not set in {self.cfg["source"]}')
@@ -637,177 +513,156 @@ class Run:
         if not Path(p['base_model']).is_dir(): raise BadInput(f"paths.base_model {p['base_model']}: no such model folder")
         for k in ('seed_verdicts', 'baseline_verdicts'):
             if p[k] and not Path(p[k]).is_file(): raise BadInput(f'{k} {p[k]}: no such file')
-        params = {k: p[k] for k in ('pool', 'scored', 'scored_split', 'protected', 'base_model', 'seed_verdicts', 'baseline_verdicts')}
-        params |= {'allow_test_selection': run['allow_test_selection']}
+        return {'pool': pool, 'scored': scored, 'protected': protected, 'removed': removed}
+
+    def inputs(self) -> dict:
+        "The driver's input check as the `inputs` step of round 0 (same marker protocol as a stage)."
+        p, L = self.paths, self.layout
+        checked = self.check_inputs()
         inputs = {k: fingerprint(p[k]) for k in ('pool', 'scored', 'base_model', 'seed_verdicts', 'baseline_verdicts') if p[k]}
-        inputs['protected'] = [fingerprint(f) for f in p['protected']]
-        pparams, pinputs = portable(params, self.run_dir), portable(inputs, self.run_dir)
-        chain, mp = chain_hash('inputs', 0, pparams, pinputs, self.prev), marker_path(self.run_dir, 0, 'inputs')
-        if mp.exists():
-            m = json.loads(mp.read_text()); check_marker(m, pparams, pinputs, self.prev, '0:inputs')
+        params, inputs = portable(self.input_params(), self.run_dir), portable(inputs | {'protected': [fingerprint(f) for f in p['protected']]}, self.run_dir)
+        if (m := finished(L, 0, 'inputs', params, inputs, self.prev)):
             self.prev = m['chain']; return m
-        if self.verifier()['verify_backend'] == 'known' and not self.cfg['demo']:
+        if self.verifier().backend == 'known' and not self.cfg['demo']:
             from ei_nb.demo import known_good_proofs
             write_records(self.known_proofs(), known_good_proofs())
-        write_records(self.run_dir/'inputs'/'pool.jsonl', pool, 'problem')
-        write_records(self.run_dir/'inputs'/'scored.jsonl', scored, 'problem')
-        info = {'pool': len(pool), 'removed_from_pool': removed, 'scored': len(scored), 'protected': len(protected)}
-        atomic_write_json(self.run_dir/'inputs'/'inputs.json', info)
-        self.log(f"ei run: inputs: pool {len(pool)} (removed {len(removed)} protected/scored), scored {len(scored)}, protected {len(protected)}")
-        m = {'stage': 'inputs', 'round': 0, 'status': 'done', 'chain': chain, 'prev': self.prev, 'params': pparams,
-             'inputs': pinputs, 'info': info, 'outputs': ['inputs'], 'wall_s': 0.0,
-             'finished': datetime.datetime.now().isoformat(timespec='seconds')}
-        atomic_write_json(mp, m); self.prev = chain
+        write_records(L.pool, checked['pool'], 'problem'); write_records(L.scored, checked['scored'], 'problem')
+        info = {'pool': len(checked['pool']), 'removed_from_pool': checked['removed'], 'scored': len(checked['scored']),
+                'protected': len(checked['protected'])}
+        atomic_write_json(L.inputs_json, info)
+        self.log(f"ei run: inputs: pool {info['pool']} (removed {len(info['removed_from_pool'])} protected/scored), scored {info['scored']}, protected {info['protected']}")
+        chain = chain_hash('inputs', 0, params, inputs, self.prev)
+        m = record(L, 0, 'inputs', chain, self.prev, params, inputs, info=info, outputs=['inputs'], wall_s=0.0)
+        self.prev = chain
         if self.until == (0, 'inputs'): raise _Until()
         return m
 
     def baseline(self) -> tuple[int, Path]:
         "S_0 and the base model's eval verdicts (evaluated here, or given with --baseline-verdicts)."
-        from ei_nb.eval import score
-        from ei_nb.core import read_frame
-        if (bv := self.paths['baseline_verdicts']):
-            v = read_frame(bv, 'verdict', columns=['name', 'sample_idx', 'verdict'])
-            names, n_e = [q['name'] for q in read_problems(self.run_dir/'inputs'/'scored.jsonl')], self.cfg['stages']['04_eval']['n']
-            counts = v.groupby('name').size()
-            if (miss := sorted(set(names) - set(counts.index))) or (counts.loc[names] != n_e).any():
-                raise BadInput(f'--baseline-verdicts {bv}: needs {n_e} samples for every scored problem'
-                               + (f' ({len(miss)} missing, e.g. {miss[0]!r})' if miss else ' (other sample counts found)'))
-            return score(v[v['name'].isin(names)])['solved'], Path(bv)
-        self.step(0, '04_eval', self.params(0, '04_eval'))
-        return _read_json(self.rdir(0)/EVAL_DIR/'eval.json')['solved'], self.rdir(0)/EVAL_DIR/'eval_verdicts.jsonl'
+        if (bv := self.paths['baseline_verdicts']): return score_given_baseline(bv, self.layout.scored, self.cfg['stages']['04_eval']['n']), Path(bv)
+        self.step(0, '04_eval')
+        return self.headline(0, '04_eval')['solved'], self.layout.round(0).eval_verdicts
 
-    # -- rounds
-    def data_check(self, rnd:int) -> str|None:
-        "The driver's data rule after sampling: some selected problem must have both a pass and a failure."
-        from ei_nb.core import read_frame
-        from ei_nb.eval import problem_counts
-        from ei_nb.stop_rule import data_stop
-        c = problem_counts(read_frame(self.rdir(rnd)/'verdicts.jsonl', 'verdict', columns=['name', 'sample_idx', 'verdict']))
-        return data_stop(len(c), int(((c['c'] > 0) & (c['c'] < c['n'])).sum()))
+    # -- the verifier shared by sampling and evaluation
+    def verifier(self) -> 'VerifierSettings':
+        "The run's `VerifierSettings` ('auto' resolved: lean when `lean` and a Mathlib project exist, else known)."
+        from ei_nb.verify import VerifierSettings
+        v, project = self.cfg['verify'], self.paths['lean_project']
+        backend = v['backend']
+        if backend == 'auto': backend = 'lean' if shutil.which('lean') and project and Path(project).is_dir() else 'known'
+        return VerifierSettings(backend=backend, project=project if backend in ('lean', 'repl') else None, workers=v['workers'] or None,
+                                timeout=v['timeout'], known_proofs=str(self.known_proofs()) if backend == 'known' else None)
 
-    def check_sft_rows(self, rnd:int):
-        "Guard: no SFT row of this round is a protected or scored problem (by name or statement)."
-        from ei_nb.core import iter_jsonl
-        prot = [q for f in self.excluded_paths for q in read_problems(f)]
-        names, keys = {q['name'] for q in prot}, {statement_key(q['formal_statement']) for q in prot}
-        stmts = {q['name']: q['formal_statement'] for q in read_problems(self.rdir(rnd)/'selected.jsonl')}
-        for i, row in iter_jsonl(self.rdir(rnd)/'sft.jsonl'):
-            if row['name'] in names or statement_key(stmts.get(row['name'], '')) in keys:
-                raise StageFailed(f"round {rnd}: SFT row {i} is protected problem {row['name']!r}: refusing to go on")
+    def verifier_params(self) -> dict:
+        "The run's verifier as the stage notebooks' parameters."
+        s = self.verifier()
+        return {'verify_backend': s.backend, 'lean_project': s.project or '', 'workers': s.workers or 0, 'timeout': s.timeout,
+                'known_proofs': s.known_proofs or ''}
 
-    def data_stop(self, rnd:int, stage:str, reason:str, scores:list) -> dict:
-        "End the run by the data rule: the stop decision (05 when there are scores), and the report."
-        self.log(f'ei run: data stop in {rnd}:{stage}: {reason}')
-        if scores: self.step(rnd, '05_stop_rule', self.params(rnd, '05_stop_rule', scores, f'{stage}: {reason}'))
-        else:
-            atomic_write_json(self.rdir(rnd)/'decision.json', {'stop': True, 'reason': 'data', 'detail': f'{stage}: {reason}',
-                              'best_round': 0, 'scores': [], 'note': 'written by the driver: 05_stop_rule needs at least one round score'})
-        dec = _read_json(self.rdir(rnd)/'decision.json')
-        self.manifest(rnd)
-        self.step(rnd, '06_report', self.params(rnd, '06_report'))
-        self.manifest(rnd)
-        return dec
+    def known_proofs(self) -> Path: return self.layout.known_proofs(self.cfg['demo'])
 
-    def one_round(self, r:int, scores:list) -> dict:
-        "Stages 00..06 of round r; the stop decision."
-        d = self.rdir(r); d.mkdir(parents=True, exist_ok=True)
-        if r >= 2: merge_measurements(self.measurement(r - 1), self.rdir(r - 1)/'verdicts.jsonl', self.measurement(r))
-        m = self.step(r, '00_select', self.params(r, '00_select'), {'measurement': verdicts_fingerprint(self.measurement(r))})
-        if m['status'] == 'data_stop': return self.data_stop(r, '00_select', m['reason'], scores)
-        self.step(r, '01_sample_verify', self.params(r, '01_sample_verify'))
-        if reason := self.data_check(r): return self.data_stop(r, '01_sample_verify', reason, scores)
-        m = self.step(r, '02_sft', self.params(r, '02_sft'))
-        if m['status'] == 'data_stop': return self.data_stop(r, '02_sft', m['reason'], scores)
-        self.check_sft_rows(r)
-        self.step(r, '03_average', self.params(r, '03_average'))
-        self.step(r, '04_eval', self.params(r, '04_eval'))
-        scores.append(_read_json(d/EVAL_DIR/'eval.json')['solved'])
-        self.step(r, '05_stop_rule', self.params(r, '05_stop_rule', scores))
-        self.manifest(r)
-        self.step(r, '06_report', self.params(r, '06_report'))
-        self.manifest(r)
-        return _read_json(d/'decision.json')
+    def banner(self, rnd:int, stage:str, chain:str) -> str:
+        "The markdown cell the executed notebook opens with: which run, round, stage and chain, and how it verifies."
+        text = (f"**Executed by `ei run`** — run `{self.run_dir.name}`, {'the final report' if rnd == FINAL else f'round {rnd}'}, "
+                f"stage `{stage}`, chain `{chain[:16]}`. The driver's parameters are in the cell tagged `injected-parameters`; "
+                f"its marker is `{self.layout.relative(self.layout.round(rnd).marker(stage))}`.")
+        v = self.verifier().backend
+        if self.cfg['demo'] or v == 'known':
+            from ei_nb.demo import DEMO_NOTICE
+            text += '\n\n' + ('**CPU demo.** ' if self.cfg['demo'] else '') + (DEMO_NOTICE if v == 'known' else
+                     f'Verification: real Lean (`{v}`). The numbers demonstrate the machinery, not a prover.')
+            if self.cfg['demo']: text += ' The model is a tiny random Qwen3 warm-started on known proofs: it memorises, it does not prove.'
+        return text
 
-    def go(self) -> dict:
-        "Run (or resume) the whole run; the summary. Raises `DataStop` (exit 4) after a data stop."
-        t0 = time.time()
-        self.rdir(0).mkdir(parents=True, exist_ok=True)
-        if self.cfg['demo']: self.step(0, 'demo', self.params(0, 'demo'), outputs_in=self.run_dir)
-        self.inputs()
-        if not self.paths['seed_verdicts']: self.step(0, '01_sample_verify', self.params(0, '01_sample_verify'))
-        self.S0, self.baseline_path = self.baseline()
-        self.manifest(0)
-        scores, dec, last = [], None, 0
-        for r in range(1, self.cfg['run']['rounds'] + 1):
-            dec, last = self.one_round(r, scores), r
-            if dec['stop']: break
-        self.step(FINAL, '06_report', self.params(FINAL, '06_report'), outputs_in=self.run_dir)
-        best = dec['best_round'] if dec else 0
-        best_path = self.link_best(best)
-        summary = {'run_dir': str(self.run_dir), 'rounds': last, 'S_0': self.S0, 'scores': scores, 'decision': dec,
-                   'best_round': best, 'best': best_path, 'report': str(self.run_dir/'06_report.ipynb'),
-                   'wall_s': round(time.time() - t0, 1), 'stage_wall_s': {f'{r}:{s}' if r != FINAL else 'final:06_report': w
-                                                                          for (r, s), w in self.walls.items()}}
-        atomic_write_json(self.run_dir/'run_summary.json', summary)
-        if dec and dec.get('reason') == 'data': raise DataStop(f"round {last}: {dec.get('detail')} (report: {summary['report']})")
-        return summary
+    # -- the ETA
+    def work(self, rnd:int, stage:str) -> float:
+        "Estimated units of work of a step (selected problems once known, else the cap)."
+        pool, N = self.sizes()
+        cap = self.cfg['stages']['00_select']['max_problems']
+        sel = count_lines(self.layout.round(rnd).selected) if rnd else None
+        P = pool if rnd == 0 else sel if sel is not None else min(cap, pool) if pool else cap
+        if stage == '01_sample_verify' and rnd == 1 and not self.paths['seed_verdicts']: P = 0   # reuses the pool measurement
+        return stage_work(stage, self.cfg, P if P is not None else cap, N or 244, rnd)
 
-    def link_best(self, best:int) -> str:
-        "Point `RUN/best` at the best round's model (the base model for round 0)."
-        target = self.rdir(best)/'model' if best >= 1 else Path(self.paths['base_model'])
-        link, tmp = self.run_dir/'best', self.run_dir/'.best.tmp'
-        if tmp.is_symlink() or tmp.exists(): tmp.unlink()
-        os.symlink(os.path.relpath(target, self.run_dir), tmp); os.replace(tmp, link)
-        return str(link)
+    def sizes(self) -> tuple[int|None, int|None]:
+        "Pool and scored-set sizes: from the run's inputs, else from the configured files (or the demo's sizes)."
+        pool, scored = count_lines(self.layout.pool), count_lines(self.layout.scored)
+        if pool is None or scored is None:
+            if not hasattr(self, '_planned'): self._planned = planned_sizes(self.paths, self.cfg)
+            pool, scored = pool or self._planned[0], scored or self._planned[1]
+        return pool, scored
+
+    def eta(self, rnd:int, stage:str) -> tuple[float, str]: return eta_seconds(stage, self.cfg, self.work(rnd, stage), self.rates)
+
+    def eta_text(self, rnd:int, stage:str) -> str:
+        s, src = self.eta(rnd, stage); return f'{hms(s)}, {src}'
 
     # -- the manifest
-    def relative(self, path) -> str:
-        "`path` relative to the run folder when inside it (the manifests' convention), else absolute."
-        p = Path(path).resolve()
-        return str(p.relative_to(self.run_dir)) if p.is_relative_to(self.run_dir) else str(p)
-
     def manifest(self, r:int, failure:dict|None=None):
         "Write `round_NN/round_manifest.json`: scores, decision, best round, paths, seeds, versions, wall time per stage."
-        d = self.rdir(r)
-        stages = {}
-        for s in (ROUND0_STAGES if r == 0 else ROUND_STAGES):
-            if (m := _read_json(marker_path(self.run_dir, r, s))):
-                stages[s] = {k: m[k] for k in ('status', 'wall_s', 'chain', 'notebook', 'reason', 'finished') if k in m}
+        L, R, st = self.layout, self.layout.round(r), self.cfg['stages']
+        stages = {s: {k: m[k] for k in ('status', 'wall_s', 'chain', 'notebook', 'reason', 'finished') if k in m}
+                  for s in (ROUND0_STAGES if r == 0 else ROUND_STAGES) if (m := _read_json(R.marker(s)))}
         if failure and failure.get('round') == r:
             stages[failure['stage']] = {k: failure.get(k) for k in ('status', 'wall_s', 'notebook', 'error')}
-        scores = {'S_0': getattr(self, 'S0', None)}
-        for k in range(1, r + 1):
-            if (ev := _read_json(self.rdir(k)/EVAL_DIR/'eval.json')): scores[f'S_{k}'] = ev['solved']
-        dec = _read_json(d/'decision.json')
-        names = ['measurement.jsonl', 'selected.jsonl', 'select.json', 'samples.jsonl', 'verdicts.jsonl', 'sample_verify.json',
-                 'sft.jsonl', 'sft.json', 'adapter', 'merged', 'model', 'eval/eval_samples.jsonl', 'eval/eval_verdicts.jsonl', 'eval/eval.json', 'decision.json']
-        paths = {n: str((d/n).relative_to(self.run_dir)) for n in names if (d/n).exists()}
-        paths['notebooks'] = sorted(str(p.relative_to(self.run_dir)) for p in d.glob('*.ipynb'))
+        scores = {'S_0': getattr(self, 'S0', None)} | {f'S_{k}': h['solved'] for k in range(1, r + 1)
+                                                       if (h := (read_stage_json(L.round(k).stage_json('04_eval')) or {}).get('headline'))}
+        dec = (read_stage_json(R.stage_json('05_stop_rule')) or {}).get('headline') if r else None
+        paths = {n: L.relative(p) for n, p in R.artefacts().items() if p.exists()}
+        paths['notebooks'] = sorted(L.relative(p) for p in R.dir.glob('*.ipynb'))
         if r >= 1: paths['measurement_used'] = str(portable(str(self.measurement(r)), self.run_dir))
         if r == 0 and hasattr(self, 'baseline_path'): paths['baseline_eval_verdicts'] = portable(str(self.baseline_path), self.run_dir)
-        st = self.cfg['stages']
         man = {'run': self.run_dir.name, 'round': r, 'demo': self.cfg['demo'], 'scores': scores,
                'eval_settings': {k: st['04_eval'][k] for k in ('n', 'max_new_tokens', 'seed', 'temperature', 'top_p')},
                'decision': dec, 'best_round': (dec or {}).get('best_round'), 'paths': paths,
-               'base_model': self.relative(self.paths['base_model']),
-               'seeds': {'select': st['00_select'].get('seed'), 'sample_verify': st['01_sample_verify'].get('seed'),
-                         'sft': st['02_sft'].get('seed'), 'eval': st['04_eval'].get('seed')},
-               'verifier': self.verifier(), 'versions': versions(), 'stages': stages,
+               'base_model': L.relative(self.paths['base_model']),
+               'seeds': {SECTIONS[s]: st[s].get('seed') for s in ('00_select', '01_sample_verify', '02_sft', '04_eval')},
+               'verifier': self.verifier_params(), 'versions': versions(), 'stages': stages,
                'wall_s': {s: v.get('wall_s') for s, v in stages.items()}, 'config': self.cfg['source']}
-        atomic_write_json(d/'round_manifest.json', man)
+        if (dec or {}).get('best_note'): man['best_note'] = dec['best_note']
+        atomic_write_json(R.manifest, man)
+
+    # -- before anything is written
+    def preflight(self):
+        "Refuse (exit 3) before anything is written when a finished step would now run with other configured parameters."
+        derived = ('scores', 'data_stop_reason', 'baseline_score')   # from the run's own results: checked when the step is reached
+        for rnd, stage, path in existing_markers(self.run_dir):
+            m = json.loads(path.read_text())
+            now = self.input_params() if stage == 'inputs' else self.params(rnd, stage)
+            now = portable(now, self.run_dir) | {k: m['params'][k] for k in derived if k in m['params']}
+            check_params(m, now, where(rnd, stage))
 
 class _Until(Exception): "Raised after the step named by `--until`."
+
+# %% ../nbs/driver.ipynb #3813e1bc
+def score_given_baseline(path, scored_path, n:int) -> int:
+    "S_0 from given eval verdicts of the base model; `BadInput` unless every scored problem has `n` samples."
+    from ei_nb.core import read_frame
+    from ei_nb.eval import score
+    v = read_frame(path, 'verdict', columns=['name', 'sample_idx', 'verdict'])
+    names, counts = [q['name'] for q in read_problems(scored_path)], v.groupby('name').size()
+    if (miss := sorted(set(names) - set(counts.index))) or (counts.loc[names] != n).any():
+        raise BadInput(f'--baseline-verdicts {path}: needs {n} samples for every scored problem'
+                       + (f' ({len(miss)} missing, e.g. {miss[0]!r})' if miss else ' (other sample counts found)'))
+    return score(v[v['name'].isin(names)])['solved']
+
+def planned_sizes(paths:dict, cfg:dict) -> tuple[int|None, int|None]:
+    "Pool and scored sizes for the ETA before the run has its inputs (the configured files, else the demo's sizes)."
+    def n(path, split=''):
+        try: return sum(1 for q in read_problems(path) if not split or q['split'] == split)
+        except (BadInput, OSError): return None
+    demo = cfg['stages'].get('demo', {})
+    return n(paths['pool']) or demo.get('pool_size'), n(paths['scored'], paths['scored_split']) or demo.get('scored_size')
 
 # %% ../nbs/driver.ipynb #7cbaa70a
 def plan(run:Run) -> list[dict]:
     "Every step of a run of `run.cfg['run']['rounds']` rounds, with parameters and ETA (nothing is executed)."
     cfg, steps = run.cfg, []
     def add(rnd, stage, params):
-        d = step_dir(run.run_dir, rnd)
-        m = _read_json(marker_path(run.run_dir, rnd, stage))
+        R, m = run.layout.round(rnd), _read_json(run.layout.round(rnd).marker(stage))
         s, src = (m.get('wall_s') or 0.0, 'done') if m else run.eta(rnd, stage) if stage != 'inputs' else (0.0, 'model')
         steps.append({'round': rnd, 'stage': stage, 'notebook': str(notebook_path(stage, run.nbs)) if stage != 'inputs' else '(driver)',
-                      'output': str(d/f'{stage}.ipynb') if stage != 'inputs' else str(run.run_dir/'inputs'),
+                      'output': str(R.notebook(stage)) if stage != 'inputs' else str(run.layout.inputs),
                       'params': portable(params, run.run_dir), 'eta_s': s, 'eta_source': src})
     if cfg['demo']: add(0, 'demo', run.params(0, 'demo'))
     add(0, 'inputs', {k: run.paths[k] for k in ('pool', 'scored', 'protected', 'base_model')})
@@ -817,16 +672,6 @@ def plan(run:Run) -> list[dict]:
         for s in ROUND_STAGES: add(r, s, run.params(r, s))
     add(FINAL, '06_report', run.params(FINAL, '06_report'))
     return steps
-
-def _plan_count(run:Run):
-    "Pool and scored sizes for the ETA before the run has its inputs (files, else the demo's sizes)."
-    def n(path, split=''):
-        try: return sum(1 for q in read_problems(path) if not split or q['split'] == split)
-        except (BadInput, OSError): return None
-    demo = run.cfg['stages'].get('demo', {})
-    pool = n(run.paths['pool']) or demo.get('pool_size')
-    scored = n(run.paths['scored'], run.paths['scored_split']) or demo.get('scored_size')
-    return pool, scored
 
 def print_plan(steps:list[dict], out=None) -> dict:
     "Print the plan; totals by round."
@@ -847,8 +692,10 @@ def print_plan(steps:list[dict], out=None) -> dict:
 def run_lock(run_dir):
     "Hold `RUN/.lock`, or fail (exit 3) when another `ei run` holds it."
     import fcntl
-    run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
-    f = open(run_dir/'.lock', 'a+')
+    run_dir = Path(run_dir)
+    try: run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e: raise BadInput(f'run folder {run_dir}: {e.strerror or e}') from None
+    f = open(RunLayout(run_dir).lock, 'a+')
     try:
         try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -874,7 +721,7 @@ def check_kernel(name:str='python3'):
     except NoSuchKernel: raise BadInput(f'Jupyter kernel {name!r} not found: install it with `python -m ipykernel install --user --name {name}`') from None
 
 def _record_invocation(run_dir, cfg, argv):
-    p = Path(run_dir)/'run.json'
+    p = RunLayout(run_dir).run_json
     rec = _read_json(p, {}) or {}
     rec.setdefault('created', datetime.datetime.now().isoformat(timespec='seconds'))
     rec['config'] = portable({k: cfg[k] for k in ('source', 'demo', 'run', 'paths', 'verify', 'eta', 'stages', 'stage_driver')}, run_dir)
@@ -883,9 +730,10 @@ def _record_invocation(run_dir, cfg, argv):
                                               'pid': os.getpid(), 'host': platform.node()})
     atomic_write_json(p, rec)
 
-def run_cli(argv:list[str]) -> dict:
-    "`ei run --config FILE [--run-dir DIR] [--rounds N] [--redo R:STAGE] [--dry-run] [--seed-verdicts FILE] [--baseline-verdicts FILE] [--set KEY=VALUE ...]`"
-    from ei_nb.cli import parser, say
+# %% ../nbs/driver.ipynb #f39e186d
+def _run_args(argv:list[str]):
+    "The parsed arguments of `ei run`."
+    from ei_nb.cli import parser
     p = parser('run', 'run expert-iteration rounds: papermill executes the stage notebooks of each round')
     p.add_argument('--config', required=True, help='TOML run config (configs/demo.toml, configs/goedel8b.toml)')
     p.add_argument('--run-dir', help='run folder (default: run.run_dir, else runs/NAME)')
@@ -897,27 +745,51 @@ def run_cli(argv:list[str]) -> dict:
     p.add_argument('--set', action='append', default=[], metavar='SECTION.KEY=VALUE', help='override one config key')
     p.add_argument('--allow-test-selection', action='store_true', help='allow a test-split scored set (needs --rounds 1)')
     p.add_argument('--until', metavar='R:STAGE', help='stop after this step (exit 0; rerun to go on)')
-    a = p.parse_args(argv)
+    p.add_argument('--no-doctor', action='store_true', help="skip `ei doctor`'s checks before a new run's round 0")
+    return p.parse_args(argv)
+
+def run_cli(argv:list[str]) -> dict:
+    "`ei run --config FILE [--run-dir DIR] [--rounds N] [--redo R:STAGE] [--dry-run] [--seed-verdicts FILE] [--baseline-verdicts FILE] [--set KEY=VALUE ...]`"
+    from ei_nb.cli import say
+    a = _run_args(argv)
     sets = list(a.set) + ([f'run.rounds={a.rounds}'] if a.rounds is not None else []) \
            + (['run.allow_test_selection=true'] if a.allow_test_selection else [])
     cfg = load_config(a.config, sets)
+    validate_config(cfg, check_paths=not a.dry_run)   # a dry run plans for paths a later step may create
     if cfg['run']['rounds'] < 1: raise BadInput(f"rounds must be at least 1, got {cfg['run']['rounds']}")
     run_dir = Path(a.run_dir or cfg['run']['run_dir'] or f"runs/{cfg['run']['name']}")
+    if run_dir.exists() and not run_dir.is_dir(): raise BadInput(f'run folder {run_dir} is a file, not a folder')
     until = (FINAL, '06_report') if a.until and a.until.split(':')[0].strip() == 'final' else parse_redo(a.until) if a.until else None
     redos = [parse_redo(r) for r in a.redo]
     run = Run(cfg, run_dir, seed_verdicts=a.seed_verdicts or '', baseline_verdicts=a.baseline_verdicts or '', until=until)
-    if a.dry_run:
-        return {'dry_run': True, 'run_dir': str(run.run_dir), **print_plan(plan(run))}
+    if a.dry_run: return {'dry_run': True, 'run_dir': str(run.run_dir), **print_plan(plan(run))}
     check_kernel(cfg['run']['kernel'])
     with _signals_interrupt(), run_lock(run_dir):
-        _record_invocation(run_dir, cfg, ['ei', 'run', *argv])
         if (left := kill_strays(run.tag)): say(f'ei run: killed {len(left)} process(es) left by an earlier driver of this run: {left}')
         for r, s in redos: redo(run_dir, r, s, log=say)
-        try: return run.go()
-        except _Until: return {'run_dir': str(run.run_dir), 'status': f'paused after {a.until}'}
-        except StageFailed:
-            if (f := getattr(run, 'failure', None)) and f['round'] != FINAL: run.manifest(f['round'], f)
-            raise
-        except KeyboardInterrupt:
-            say(f'ei run: interrupted; the stage in progress was stopped and will resume: rerun the same command')
-            raise
+        run.preflight()
+        if not (a.no_doctor or run.layout.run_json.exists()): _doctor(cfg, run_dir)
+        _record_invocation(run_dir, cfg, ['ei', 'run', *argv])
+        return _go(run, a.until)
+
+_OWN_CHECKS = ('pool', 'scored', 'protected')   # problem files: the driver's input step refuses them itself (exit 2, naming file and line)
+
+def _doctor(cfg:dict, run_dir:Path):
+    "`ei doctor`'s checks before a new run's round 0: a FAIL (other than the problem files) stops the run (exit 3) before a GPU-hour is spent."
+    from ei_nb.cli import say
+    from ei_nb.doctor import preflight, raise_on_fail, table
+    rows = preflight(cfg, run_dir)
+    say(table(rows))
+    raise_on_fail([r for r in rows if r['check'] not in _OWN_CHECKS])
+
+def _go(run:Run, until:str|None) -> dict:
+    "Run it; on a failed stage record the failure in its round's manifest; on an interrupt say how to resume."
+    from ei_nb.cli import say
+    try: return run.go()
+    except _Until: return {'run_dir': str(run.run_dir), 'status': f'paused after {until}'}
+    except StageFailed:
+        if (f := getattr(run, 'failure', None)) and f['round'] != FINAL: run.manifest(f['round'], f)
+        raise
+    except KeyboardInterrupt:
+        say(f'ei run: interrupted; the stage in progress was stopped and will resume: rerun the same command')
+        raise

@@ -59,20 +59,18 @@ def score(verdicts, ks=(1,)) -> dict:
 # %% ../nbs/04_eval.ipynb #e0b3242e
 def stats_cli(argv):
     "`ei stats --verified FILE [--k 1,8,32]`"
-    from ei_nb.cli import parser
+    from ei_nb.cli import parser, int_list
     p = parser('stats', 'solved@n and pass@k of a verdict file')
     p.add_argument('--verified', required=True, help='verdict records (JSON Lines)')
-    p.add_argument('--k', default='1', help='comma-separated k values')
+    p.add_argument('--k', type=int_list, default=[1], help='comma-separated k values, each >= 1')
     a = p.parse_args(argv)
-    try: ks = [int(k) for k in a.k.split(',')]
-    except ValueError: raise BadInput(f'--k: expected comma-separated integers, got {a.k!r}')
-    return score(read_frame(a.verified, 'verdict', columns=['name', 'sample_idx', 'verdict']), ks)
+    return score(read_frame(a.verified, 'verdict', columns=['name', 'sample_idx', 'verdict']), a.k)
 
 # %% ../nbs/04_eval.ipynb #353ca70c
 import json, time
 from pathlib import Path
 from .core import atomic_write_json, read_problems, read_samples, read_verdicts, sha256_json
-from .sample import EVAL_CAP, SampleParams, make_sampler, open_verifier, run_pipeline
+from .sample import EVAL_CAP, SampleParams, make_sampler, open_verifier, run_pipeline, verifier_of
 
 # %% ../nbs/04_eval.ipynb #bb885dbd
 def check_scored_set(problems:list[dict], allow_test_selection:bool=False) -> list[dict]:
@@ -136,29 +134,30 @@ def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF
              temperature:float=1.0, top_p:float=0.95,
              sampler:str='transformers', # transformers | vllm
              sampler_options:dict|None=None, # e.g. tensor_parallel_size (vllm), device (transformers)
-             verify_backend:str='none', # none | repl | lean | server (`none` pre-checks only: nothing passes)
+             verify_backend:str='none', # none | repl | lean | server | known | package.module:factory (`none` pre-checks only: nothing passes)
              lean_project=None, workers:int|None=None, timeout:float=300, endpoints=None, policy=None, cache_dir=None,
              prompt_style:str='chat', # chat | completion
              allow_test_selection:bool=False, # allow test-split problems (one-round diagnostic)
              round_idx:int=0, # the `round` of the records
              chunk_problems:int=4, max_prompt_frac:float=0.5,
+             known_proofs=None, # the known-proof file of the `known` back-end
              log=print, progress:bool|None=None) -> dict:
     "Sample, verify and score the scored set; write the records, `eval.json` and the plots into `out_dir`."
     problems = read_problems(problems) if isinstance(problems, (str, Path)) else list(problems)
     check_scored_set(problems, allow_test_selection)
     out_dir = Path(out_dir)
     if verify_backend == 'none': log('eval: verify backend none runs the pre-check only: no sample can pass')
-    t0 = time.perf_counter()
-    smp = make_sampler(sampler, model_dir, **(sampler_options or {}))
-    load_s = time.perf_counter() - t0
+    from ei_nb.sample_verify import sample_and_verify
     params = SampleParams(n, temperature, top_p, max_new_tokens, seed)
     verifier = {'backend': verify_backend, 'lean_project': str(lean_project) if lean_project else None, 'workers': workers,
                 'timeout': timeout, 'endpoints': list(endpoints or []), 'policy': policy}
-    with open_verifier(verify_backend, lean_project, workers, timeout, endpoints, policy, cache_dir) as ver:
-        stats = run_pipeline(problems, smp, out_dir/'eval_samples.jsonl', params, round_idx, ver, out_dir/'eval_verdicts.jsonl',
-                             prompt_style, chunk_problems, max_prompt_frac, settings={'model': str(Path(model_dir).resolve()),
-                             **{f'verify_{k}': v for k,v in verifier.items() if k not in ('workers', 'endpoints')}},
-                             log=log, progress=progress)
+    stats = sample_and_verify(problems, model_dir, out_dir/'eval_samples.jsonl', out_dir/'eval_verdicts.jsonl', params, round_idx,
+                              sampler, sampler_options, verifier_of(verify_backend, lean_project, workers, timeout, endpoints,
+                                                                    policy, cache_dir, known_proofs),
+                              prompt_style, chunk_problems, max_prompt_frac, None,
+                              {'model': str(Path(model_dir).resolve()),
+                               **{f'verify_{k}': v for k,v in verifier.items() if k not in ('workers', 'endpoints')}},
+                              log=log, progress=progress)
     samples, verdicts = read_samples(out_dir/'eval_samples.jsonl', False), read_verdicts(out_dir/'eval_verdicts.jsonl', False)
     result = eval_summary(samples, verdicts, n) | {
         'n_dropped': stats['n_dropped'], 'dropped': [d['name'] for d in stats['dropped']],
@@ -168,7 +167,7 @@ def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF
                     'seed': seed, 'prompt_style': prompt_style, 'chunk_problems': chunk_problems,
                     'max_prompt_frac': max_prompt_frac, **{k: v for k,v in (sampler_options or {}).items() if v is not None}},
         'verifier': verifier, 'allow_test_selection': allow_test_selection,
-        'tokens_per_s': stats['tokens_per_s'], 'timings': {'load_s': round(load_s, 3), **stats['timings']}}
+        'tokens_per_s': stats['tokens_per_s'], 'timings': stats['timings']}
     plot_eval(samples, verdicts, n, max_new_tokens, out_dir/'eval.png')
     atomic_write_json(out_dir/'eval.json', result)
     return result
@@ -176,19 +175,22 @@ def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF
 # %% ../nbs/04_eval.ipynb #74914985
 def eval_cli(argv):
     "`ei eval --problems FILE --model DIR --out-dir DIR [--n 8] [--max-new-tokens 30000] [--seed S] [--verify-backend B] [--allow-test-selection]`"
-    from ei_nb.cli import parser, say
+    from ei_nb.cli import parser, say, nonneg_int
+    from ei_nb.core import check_output
     from ei_nb.sample import add_sampling_args, sampler_options
     p = add_sampling_args(parser('eval', 'sample, verify and score the scored set'), cap=EVAL_CAP)
     p.add_argument('--problems', required=True); p.add_argument('--model', required=True); p.add_argument('--out-dir', required=True)
     p.add_argument('--split', help='keep only the problems of this split (e.g. valid)')
-    p.add_argument('--verify-backend', default='none', choices=['none', 'repl', 'lean', 'server'])
+    p.add_argument('--verify-backend', default='none', help='a verifier back-end (none, repl, lean, server, known) or package.module:factory')
     p.add_argument('--allow-test-selection', action='store_true', help='allow test-split problems (one-round diagnostic)')
-    p.add_argument('--round', type=int, default=0)
+    p.add_argument('--round', type=nonneg_int, default=0)
     a = p.parse_args(argv)
+    check_output(a.out_dir, [a.problems, a.policy], '--out-dir', is_dir=True)
     problems = read_problems(a.problems)
     if a.split:
         problems = [q for q in problems if q['split'] == a.split]
         if not problems: raise BadInput(f'{a.problems}: no problem of split {a.split!r}')
     return run_eval(problems, a.model, a.out_dir, a.n, a.max_new_tokens, a.seed, a.temperature, a.top_p, a.backend,
                     sampler_options(a), a.verify_backend, a.lean_project, a.workers, a.timeout, a.endpoint, a.policy,
-                    a.cache_dir, a.prompt_style, a.allow_test_selection, a.round, a.chunk_problems, a.max_prompt_frac, log=say)
+                    a.cache_dir, a.prompt_style, a.allow_test_selection, a.round, a.chunk_problems, a.max_prompt_frac, log=say,
+                    known_proofs=a.known_proofs)

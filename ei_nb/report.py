@@ -107,40 +107,37 @@ def _json(p, default=None):
     try: return json.loads(Path(p).read_text())
     except (OSError, ValueError): return default
 
-def _eval_dir(d:Path) -> Path:
-    "Where a round's evaluation files are: `eval/` (written by `ei run`) or the round folder itself."
-    return d/'eval' if (d/'eval'/'eval.json').exists() else d
-
 def load_run(run_dir, # a run folder written by `ei run`
              upto_round:int=-1, # rounds 1..upto_round (-1: every round there is)
             ) -> dict:
-    "What the report shows, read from the run's files: run info, the baseline, and one entry per round."
-    run_dir = Path(run_dir)
-    r0 = _json(run_dir/'round_00'/'round_manifest.json', {}) or {}
+    "What the report shows, read from the run's files (named by `RunLayout`): run info, the baseline, and one entry per round."
+    from ei_nb.layout import RunLayout
+    L = RunLayout(run_dir)
+    r0 = _json(L.manifest(0), {}) or {}
     base = (r0.get('paths') or {}).get('baseline_eval_verdicts')
-    base = Path(str(base).replace('{run_dir}', str(run_dir))) if base else _eval_dir(run_dir/'round_00')/'eval_verdicts.jsonl'
     rounds = []
-    for d in sorted(run_dir.glob('round_[0-9][0-9]')):
-        r = int(d.name[6:])
+    for r in L.rounds():
         if r == 0 or (upto_round >= 0 and r > upto_round): continue
-        man = _json(d/'round_manifest.json', {}) or {}
+        R = L.round(r)
+        man = _json(R.manifest, {}) or {}
         meas = (man.get('paths') or {}).get('measurement_used')
-        rounds.append({'round': r, 'dir': d, 'manifest': man, 'select': _json(d/'select.json'), 'sft': _json(d/'sft.json'),
-                       'eval': _json(_eval_dir(d)/'eval.json'), 'eval_dir': _eval_dir(d), 'decision': _json(d/'decision.json'),
-                       'measurement': Path(meas.replace('{run_dir}', str(run_dir))) if meas else None})
-    return {'run_dir': run_dir, 'run': _json(run_dir/'run.json', {}) or {}, 'demo': _json(run_dir/'demo'/'demo.json'),
-            'round0': r0, 'baseline_verdicts': base, 'S_0': (r0.get('scores') or {}).get('S_0'),
-            'scored': run_dir/'inputs'/'scored.jsonl', 'rounds': rounds}
+        rounds.append({'round': r, 'dir': R.dir, 'files': R, 'manifest': man, 'select': _json(R.select_json), 'sft': _json(R.sft_json),
+                       'eval': _json(R.eval_json), 'eval_dir': R.eval_dir, 'decision': _json(R.decision),
+                       'measurement': L.resolve(meas) if meas else None})
+    return {'run_dir': L.run_dir, 'layout': L, 'run': _json(L.run_json, {}) or {}, 'demo': _json(L.demo_json),
+            'round0': r0, 'baseline_verdicts': L.resolve(base) if base else L.round(0).eval_verdicts,
+            'S_0': (r0.get('scores') or {}).get('S_0'), 'scored': L.scored, 'rounds': rounds}
 
 # %% ../nbs/06_report.ipynb #f0939ef0
 def example_run(out_dir, n_problems:int=24, n:int=4, rounds:int=2, seed:int=0) -> Path:
     "Write a crafted two-round run folder (real miniF2F-valid names, random verdicts) for examples and tests."
     import numpy as np
     from ei_nb.core import atomic_write_json, iter_jsonl, shared_data, write_records
-    rng, out = np.random.default_rng(seed), Path(out_dir)
+    from ei_nb.layout import RunLayout
+    rng, L = np.random.default_rng(seed), RunLayout(out_dir)
     valid = [p for p in read_problems(shared_data('minif2f_dsp15.jsonl')) if p['split'] == 'valid']
     scored, pool = valid[:n_problems], valid[n_problems:n_problems + 30]
-    write_records(out/'inputs'/'scored.jsonl', scored, 'problem'); write_records(out/'inputs'/'pool.jsonl', pool, 'problem')
+    write_records(L.scored, scored, 'problem'); write_records(L.pool, pool, 'problem')
     def verdicts(problems, q, rnd):
         return [{'name': p['name'], 'sample_idx': i, 'verdict': 'pass' if rng.random() < qq else 'fail', 'round': rnd}
                 for p, qq in zip(problems, q) for i in range(n)]
@@ -148,43 +145,42 @@ def example_run(out_dir, n_problems:int=24, n:int=4, rounds:int=2, seed:int=0) -
         return [{'name': p['name'], 'sample_idx': i, 'round': rnd, 'completion': '', 'n_tokens': int(t), 'capped': bool(t >= cap)}
                 for p in problems for i, t in zip(range(n), rng.integers(20, cap + 1, n))]
     skill = rng.uniform(0, 0.6, n_problems)
-    def eval_round(d, rnd, boost):
-        d = d/'eval'
+    def eval_round(R, rnd, boost):
         v = verdicts(scored, np.clip(skill + boost, 0, 1), rnd)
-        write_records(d/'eval_verdicts.jsonl', v); write_records(d/'eval_samples.jsonl', samples(scored, rnd, 128))
+        write_records(R.eval_verdicts, v); write_records(R.eval_samples, samples(scored, rnd, 128))
         solved = len({x['name'] for x in v if x['verdict'] == 'pass'})
-        atomic_write_json(d/'eval.json', {'solved': solved, 'n_problems': n_problems, 'n': n, 'capped_frac': 0.1, 'mean_tokens': 70.0})
+        atomic_write_json(R.eval_json, {'solved': solved, 'n_problems': n_problems, 'n': n, 'capped_frac': 0.1, 'mean_tokens': 70.0})
         return solved
-    d0 = out/'round_00'
-    write_records(d0/'verdicts.jsonl', verdicts(pool, rng.uniform(0, 1, len(pool)), 0))
-    S = [eval_round(d0, 0, 0.0)]
-    atomic_write_json(d0/'round_manifest.json', {'round': 0, 'scores': {'S_0': S[0]}, 'paths': {'baseline_eval_verdicts': '{run_dir}/round_00/eval/eval_verdicts.jsonl'}})
-    meas = d0/'verdicts.jsonl'
+    R0 = L.round(0)
+    write_records(R0.verdicts, verdicts(pool, rng.uniform(0, 1, len(pool)), 0))
+    S = [eval_round(R0, 0, 0.0)]
+    atomic_write_json(R0.manifest, {'round': 0, 'scores': {'S_0': S[0]}, 'paths': {'baseline_eval_verdicts': '{run_dir}/' + L.relative(R0.eval_verdicts)}})
+    meas = R0.verdicts
     for r in range(1, rounds + 1):
-        d = out/f'round_{r:02d}'
+        R = L.round(r)
         mv = [x for _, x in iter_jsonl(meas)]
         sel = [p for p in pool if 0 < sum(x['verdict'] == 'pass' for x in mv if x['name'] == p['name']) < n][:8]
-        write_records(d/'selected.jsonl', sel, 'problem')
-        atomic_write_json(d/'select.json', {'selected': len(sel), 'in_band': len(sel), 'lo': 0.0, 'hi': 0.75, 'pool': len(pool),
-                                            'protected_removed': 0, 'zero': 5, 'above_band': 3, 'unmeasured': 0})
-        write_records(d/'verdicts.jsonl', verdicts(sel, rng.uniform(0.2, 0.9, len(sel)), r))
-        write_records(d/'samples.jsonl', samples(sel, r, 320))
+        write_records(R.selected, sel, 'problem')
+        atomic_write_json(R.select_json, {'selected': len(sel), 'in_band': len(sel), 'lo': 0.0, 'hi': 0.75, 'pool': len(pool),
+                                          'protected_removed': 0, 'zero': 5, 'above_band': 3, 'unmeasured': 0})
+        write_records(R.verdicts, verdicts(sel, rng.uniform(0.2, 0.9, len(sel)), r))
+        write_records(R.samples, samples(sel, r, 320))
         losses = list(np.exp(-np.linspace(0, 2, 6)) * 2)
-        atomic_write_json(d/'sft.json', {'data': {'rows': 2 * len(sel), 'problems': len(sel)}, 'rows': 2 * len(sel), 'steps': 6,
-                                         'first_loss': losses[0], 'final_loss': losses[-1], 'losses': losses})
-        S.append(eval_round(d, r, 0.05 * r))
+        atomic_write_json(R.sft_json, {'data': {'rows': 2 * len(sel), 'problems': len(sel)}, 'rows': 2 * len(sel), 'steps': 6,
+                                       'first_loss': losses[0], 'final_loss': losses[-1], 'losses': losses})
+        S.append(eval_round(R, r, 0.05 * r))
         dec = {'stop': r == rounds, 'reason': 'budget' if r == rounds else None, 'best_round': int(np.argmax(S[1:])) + 1, 'scores': S[1:]}
-        atomic_write_json(d/'decision.json', dec)
-        atomic_write_json(d/'round_manifest.json', {'round': r, 'scores': {f'S_{k}': s for k, s in enumerate(S)}, 'decision': dec,
-                                                   'paths': {'measurement_used': str(meas).replace(str(out), '{run_dir}')}})
-        meas = d/'verdicts.jsonl'
-    return out
+        atomic_write_json(R.decision, dec)
+        atomic_write_json(R.manifest, {'round': r, 'scores': {f'S_{k}': s for k, s in enumerate(S)}, 'decision': dec,
+                                       'paths': {'measurement_used': '{run_dir}/' + L.relative(meas)}})
+        meas = R.verdicts
+    return L.run_dir
 
 # %% ../nbs/06_report.ipynb #6863181a
 def round_table(run:dict) -> 'pd.DataFrame':
     "Per round: selected, in band, SFT rows and losses, S_r and its change, pass@1, capped fraction, the decision."
     import pandas as pd
-    ev0 = _json(_eval_dir(run['run_dir']/'round_00')/'eval.json', {}) or {}
+    ev0 = _json(run['layout'].round(0).eval_json, {}) or {}
     rows = [{'round': 0, 'S': run['S_0'], 'pass@1': (ev0.get('pass_at_k') or {}).get('1'), 'capped': ev0.get('capped_frac'),
              'note': 'baseline (base model)'}]
     for r in run['rounds']:
@@ -204,7 +200,7 @@ def mcnemar_rows(run:dict, alpha:float=0.05, p_disc_assumed:float=0.12) -> 'pd.D
     import pandas as pd
     rows, prev = [], ('round 0 (base)', run['baseline_verdicts'])
     for r in run['rounds']:
-        cur = r['eval_dir']/'eval_verdicts.jsonl'
+        cur = r['files'].eval_verdicts
         if not cur.exists(): continue
         refs = [('round 0 (base)', run['baseline_verdicts'])] + ([prev] if prev[0] != 'round 0 (base)' else [])
         for label, ref in refs:
@@ -235,7 +231,7 @@ def plot_bands(run:dict):
     fig, axes = plt.subplots(1, max(1, len(rs)), figsize=(6 * max(1, len(rs)), 3.3), squeeze=False)
     for ax, r in zip(axes[0], rs):
         table = pass_rates(read_frame(r['measurement'], 'verdict', columns=['name', 'sample_idx', 'verdict']))
-        sel = {json.loads(l)['name'] for l in (r['dir']/'selected.jsonl').read_text().splitlines() if l.strip()} if (r['dir']/'selected.jsonl').exists() else set()
+        sel = {json.loads(l)['name'] for l in r['files'].selected.read_text().splitlines() if l.strip()} if r['files'].selected.exists() else set()
         lo, hi = r['select'].get('lo', 0.0), r['select'].get('hi', 0.75)
         table['status'] = ['selected' if n in sel else 'in band' if lo < p <= hi else 'out of band' for n, p in zip(table['name'], table['pass_rate'])]
         plot_band(table, r['select'], lo, hi, ax=ax)
@@ -276,7 +272,7 @@ def plot_pass_at_k(run:dict):
     from ei_nb.core import read_frame
     from ei_nb.eval import problem_counts, pass_at_k_mean
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
-    for label, path in [('round 0 (base)', run['baseline_verdicts'])] + [(f"round {r['round']}", r['eval_dir']/'eval_verdicts.jsonl') for r in run['rounds']]:
+    for label, path in [('round 0 (base)', run['baseline_verdicts'])] + [(f"round {r['round']}", r['files'].eval_verdicts) for r in run['rounds']]:
         if not Path(path).exists(): continue
         c = problem_counts(read_frame(path, 'verdict', columns=['name', 'sample_idx', 'verdict']))
         ks = list(range(1, int(c['n'].min()) + 1))
@@ -290,8 +286,8 @@ def plot_lengths(run:dict):
     import matplotlib.pyplot as plt
     from ei_nb.core import iter_jsonl
     fig, ax = plt.subplots(figsize=(6, 3.2))
-    d0 = _eval_dir(run['run_dir']/'round_00')/'eval_samples.jsonl'
-    for label, path in [('round 0 (base)', d0)] + [(f"round {r['round']}", r['eval_dir']/'eval_samples.jsonl') for r in run['rounds']]:
+    d0 = run['layout'].round(0).eval_samples
+    for label, path in [('round 0 (base)', d0)] + [(f"round {r['round']}", r['files'].eval_samples) for r in run['rounds']]:
         if not path.exists(): continue
         s = [x for _, x in iter_jsonl(path)]
         ax.hist([x['n_tokens'] for x in s], bins=30, histtype='step', lw=1.5,

@@ -12,13 +12,15 @@ from .core import BadInput, atomic_write_json, read_problems, read_records, sha2
 from .prompts import PROMPT_STYLES, render_prompt, verifiable_text
 
 # %% auto #0
-__all__ = ['POOL_CAP', 'EVAL_CAP', 'SAMPLERS', 'SampleParams', 'derive_seed', 'trim_generated', 'TransformersSampler',
-           'vllm_engine_kwargs', 'vllm_sampling_kwargs', 'VllmSampler', 'make_sampler', 'plan_prompts', 'for_verifier',
-           'union_s', 'VerifyFeed', 'DelayVerifier', 'BackgroundWriter', 'run_pipeline', 'open_verifier',
-           'add_sampling_args', 'sampler_options', 'verifier_settings', 'verifier_from_args', 'sample_cli']
+__all__ = ['SAMPLERS', 'SampleParams', 'derive_seed', 'trim_generated', 'TransformersSampler', 'vllm_engine_kwargs',
+           'vllm_sampling_kwargs', 'VllmSampler', 'make_sampler', 'plan_prompts', 'for_verifier', 'union_s',
+           'VerifyFeed', 'DelayVerifier', 'BackgroundWriter', 'run_pipeline', 'verifier_of', 'open_verifier',
+           'add_sampling_args', 'sampler_options', 'verifier_settings', 'verifier_from_args', 'sample_cli',
+           'openai_endpoints', 'served_models', 'completion_request', 'EndpointError', 'parse_completion',
+           'OpenAISampler']
 
 # %% ../nbs/01b_sample.ipynb #27e498e7
-POOL_CAP, EVAL_CAP = 16_384, 30_000
+from .core import POOL_CAP, EVAL_CAP   # the recipe's generation caps: pool sampling, evaluation
 
 @dataclass(frozen=True)
 class SampleParams:
@@ -372,30 +374,42 @@ def run_pipeline(problems:list[dict], # problem records, in the order chunks are
         'timings': _timings(t0, gen_end, gen_s, feed, sum(v.get('verify_s') or 0 for v in new_v.values()))}
 
 # %% ../nbs/01b_sample.ipynb #6aa632e0
-def open_verifier(backend:str|None, project=None, workers:int|None=None, timeout:float=300, endpoints=None,
-                  policy=None, cache_dir=None):
-    "A verifier from `ei_nb.verify.make_verifier` (a context manager), or an empty context when `backend` is None."
-    if backend is None: return contextlib.nullcontext()
+def verifier_of(backend:str|None, # the back-end name (none, repl, lean, server, known, package.module:factory); None: no verifier
+                project=None, workers:int|None=None, timeout:float=300, endpoints=None, policy=None, cache_dir=None,
+                known_proofs=None, # the known-proof file (backend known)
+               ) -> 'VerifierSettings|None':
+    "The `ei_nb.verify.VerifierSettings` of the flat options CLIs and stage notebooks take (empty and zero: unset)."
+    if backend is None: return None
+    from ei_nb.verify import VerifierSettings
+    path = lambda v: str(v) if v else None
+    return VerifierSettings(backend=backend, project=path(project), workers=workers or None, timeout=timeout,
+                            endpoints=list(endpoints) if endpoints else None, policy=policy or None, cache_dir=path(cache_dir),
+                            known_proofs=path(known_proofs))
+
+def open_verifier(settings:'VerifierSettings|dict|None'):
+    "A verifier from `ei_nb.verify.make_verifier` (a context manager), or an empty context without settings."
+    if settings is None: return contextlib.nullcontext()
     from ei_nb.verify import make_verifier
-    return make_verifier(backend=backend, project=project or None, workers=workers or None, timeout=timeout,
-                         endpoints=endpoints or None, policy=policy or None, cache_dir=cache_dir or None)
+    return make_verifier(settings)
 
 def add_sampling_args(p, cap:int=POOL_CAP, seed:int=0):
     "The sampler, sampling and verifier options shared by `ei sample` and `ei eval`."
-    p.add_argument('--n', type=int, default=8, help='samples per problem')
-    p.add_argument('--temperature', type=float, default=1.0); p.add_argument('--top-p', type=float, default=0.95)
-    p.add_argument('--max-new-tokens', type=int, default=cap); p.add_argument('--seed', type=int, default=seed)
+    from ei_nb.cli import positive_int, positive_float, nonneg_float, open_unit_float
+    p.add_argument('--n', type=positive_int, default=8, help='samples per problem')
+    p.add_argument('--temperature', type=nonneg_float, default=1.0); p.add_argument('--top-p', type=open_unit_float, default=0.95)
+    p.add_argument('--max-new-tokens', type=positive_int, default=cap); p.add_argument('--seed', type=int, default=seed)
     p.add_argument('--backend', choices=sorted(SAMPLERS), default='transformers', help='sampler')
     p.add_argument('--prompt-style', choices=PROMPT_STYLES, default='chat')
-    p.add_argument('--chunk-problems', type=int, default=4, help='problems per generate call')
-    p.add_argument('--max-prompt-frac', type=float, default=0.5, help='drop prompts longer than this fraction of the context')
-    p.add_argument('--tensor-parallel-size', type=int); p.add_argument('--data-parallel-size', type=int)
-    p.add_argument('--max-model-len', type=int); p.add_argument('--device')
+    p.add_argument('--chunk-problems', type=positive_int, default=4, help='problems per generate call')
+    p.add_argument('--max-prompt-frac', type=open_unit_float, default=0.5, help='drop prompts longer than this fraction of the context')
+    p.add_argument('--tensor-parallel-size', type=positive_int); p.add_argument('--data-parallel-size', type=positive_int)
+    p.add_argument('--max-model-len', type=positive_int); p.add_argument('--device')
     p.add_argument('--lean-project', '--project', dest='lean_project', help='Mathlib project (verify backends repl, lean)')
-    p.add_argument('--workers', type=int, help='parallel Lean checks (default: CPU count)')
-    p.add_argument('--timeout', type=float, default=300, help='seconds per proof')
+    p.add_argument('--workers', type=positive_int, help='parallel Lean checks (default: CPU count)')
+    p.add_argument('--timeout', type=positive_float, default=300, help='seconds per proof')
     p.add_argument('--endpoint', action='append', default=[], help='checking-server URL (repeatable; backend server)')
     p.add_argument('--policy', help='verifier policy JSON'); p.add_argument('--cache-dir', help='verdict cache folder')
+    p.add_argument('--known-proofs', help='Lean-accepted proofs, JSON Lines (backend known)')
     return p
 
 def sampler_options(a) -> dict:
@@ -409,7 +423,8 @@ def verifier_settings(a) -> dict:
 
 def verifier_from_args(a):
     "The verifier context of parsed arguments."
-    return open_verifier(a.verify_backend, a.lean_project, a.workers, a.timeout, a.endpoint, a.policy, a.cache_dir)
+    return open_verifier(verifier_of(a.verify_backend, a.lean_project, a.workers, a.timeout, a.endpoint, a.policy, a.cache_dir,
+                                     getattr(a, 'known_proofs', None)))
 
 def sample_cli(argv):
     "`ei sample --problems FILE --model DIR --out FILE [--n 8] ... [--verify-backend B --verdicts FILE]`"
@@ -417,12 +432,123 @@ def sample_cli(argv):
     p = add_sampling_args(parser('sample', 'sample completions, optionally verified in a pipeline'))
     p.add_argument('--problems', required=True); p.add_argument('--model', required=True); p.add_argument('--out', required=True)
     p.add_argument('--round', type=int, default=0)
-    p.add_argument('--verify-backend', choices=['none', 'repl', 'lean', 'server']); p.add_argument('--verdicts')
+    p.add_argument('--verify-backend', help='a verifier back-end (none, repl, lean, server, known) or package.module:factory')
+    p.add_argument('--verdicts')
     a = p.parse_args(argv)
     if (a.verify_backend is None) != (a.verdicts is None): raise BadInput('--verify-backend and --verdicts go together')
+    from ei_nb.core import check_output
+    check_output(a.out, [a.problems, a.policy])
+    if a.verdicts: check_output(a.verdicts, [a.problems, a.policy, a.out], '--verdicts')
     problems = read_problems(a.problems)
     params = SampleParams(a.n, a.temperature, a.top_p, a.max_new_tokens, a.seed)
     sampler = make_sampler(a.backend, a.model, **sampler_options(a))
     with verifier_from_args(a) as ver:
         return run_pipeline(problems, sampler, a.out, params, a.round, ver, a.verdicts, a.prompt_style, a.chunk_problems,
                             a.max_prompt_frac, settings={'model': str(Path(a.model).resolve()), **verifier_settings(a)}, log=say)
+
+# %% ../nbs/01b_sample.ipynb #46fea2da
+import itertools, os, urllib.error, urllib.request
+from concurrent.futures import ThreadPoolExecutor as _Pool
+from .core import StageFailed
+
+def openai_endpoints(endpoints=None) -> list[str]:
+    "Base URLs ending in `/v1`: `endpoints`, else `$EI_OPENAI_ENDPOINTS` (comma-separated)."
+    eps = list(endpoints or []) or [e for e in os.environ.get('EI_OPENAI_ENDPOINTS', '').split(',') if e.strip()]
+    return [e.strip().rstrip('/') if e.strip().rstrip('/').endswith('/v1') else e.strip().rstrip('/') + '/v1' for e in eps]
+
+def _http_json(url:str, payload:dict|None=None, timeout:float=60, api_key:str|None=None):
+    headers = {'Content-Type': 'application/json', **({'Authorization': f'Bearer {api_key}'} if api_key else {})}
+    req = urllib.request.Request(url, data=None if payload is None else json.dumps(payload).encode(), headers=headers,
+                                 method='GET' if payload is None else 'POST')
+    with urllib.request.urlopen(req, timeout=timeout) as resp: return json.loads(resp.read())
+
+def served_models(endpoint:str, timeout:float=10, api_key:str|None=None) -> list[dict]:
+    "The models an OpenAI-compatible endpoint serves (`GET /v1/models`)."
+    return _http_json(f'{endpoint}/models', timeout=timeout, api_key=api_key).get('data', [])
+
+# %% ../nbs/01b_sample.ipynb #4733ed93
+def completion_request(prompt:str, params:SampleParams, seed:int, model:str) -> dict:
+    "The body of `POST /v1/completions` for one prompt (vLLM accepts `seed` and `skip_special_tokens`)."
+    if params.temperature <= 0 and params.n != 1: raise BadInput('greedy sampling (temperature 0) needs n = 1')
+    return {'model': model, 'prompt': prompt, 'n': params.n, 'temperature': params.temperature, 'top_p': params.top_p,
+            'max_tokens': params.max_new_tokens, 'seed': seed, 'skip_special_tokens': True}
+
+class EndpointError(Exception):
+    "A request that may succeed on another endpoint (unreachable, timeout, HTTP 5xx, malformed reply)."
+
+def parse_completion(reply, n:int, cap:int, count_tokens) -> list[dict]:
+    "Sample rows (`completion`, `n_tokens`, `capped`) of a completions reply with `n` choices, in index order."
+    choices = reply.get('choices') if isinstance(reply, dict) else None
+    if not isinstance(choices, list) or sorted(c.get('index', -1) for c in choices if isinstance(c, dict)) != list(range(n)):
+        raise EndpointError(f'malformed reply: expected choices 0..{n-1}, got {str(choices)[:120]}')
+    rows = []
+    for c in sorted(choices, key=lambda c: c['index']):
+        if not isinstance(c.get('text'), str): raise EndpointError('malformed reply: a choice without text')
+        capped = c.get('finish_reason') == 'length'
+        rows.append({'completion': c['text'], 'n_tokens': cap if capped else count_tokens(c['text']) + 1, 'capped': capped})
+    return rows
+
+# %% ../nbs/01b_sample.ipynb #2b846ad6
+class OpenAISampler:
+    "Completions from N OpenAI-compatible endpoints (`vllm serve`), round robin, retried with back-off."
+    name = 'openai'
+    def __init__(self, model_dir, # the model the endpoints serve (its tokenizer and config are read here)
+                 endpoints=None, # base URLs; default `$EI_OPENAI_ENDPOINTS`
+                 served_model:str|None=None, # the model name to request; default `$EI_OPENAI_MODEL`, else what the endpoints serve from `model_dir`
+                 api_key:str|None=None, # default `$EI_OPENAI_API_KEY`
+                 timeout:float=3600, # seconds per request (a prompt's n samples of up to the cap)
+                 retries:int=3, # rounds over all endpoints before a chunk fails
+                 backoff:float=2.0, # first pause in seconds, doubled after each failure (at most 60 s)
+                 concurrency:int=32, # requests in flight per endpoint
+                 max_model_len:int|None=None, device=None, log=None):
+        from transformers import AutoConfig, AutoTokenizer
+        self.endpoints = openai_endpoints(endpoints)
+        if not self.endpoints: raise BadInput("sampler 'openai' needs endpoints: set EI_OPENAI_ENDPOINTS=http://node1:8000/v1,http://node2:8000/v1")
+        self.api_key, self.timeout, self.retries, self.backoff = api_key or os.environ.get('EI_OPENAI_API_KEY'), timeout, retries, backoff
+        self.log = log or (lambda *a: print(*a, file=sys.stderr, flush=True))
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side='left')
+        self.context = max_model_len or AutoConfig.from_pretrained(model_dir).max_position_embeddings
+        self.workers = max(1, concurrency * len(self.endpoints))
+        self._next, self._lock = itertools.cycle(range(len(self.endpoints))), threading.Lock()
+        self.hits, self.failures = [0] * len(self.endpoints), [0] * len(self.endpoints)
+        self.model = served_model or os.environ.get('EI_OPENAI_MODEL') or self._check_served(Path(model_dir))
+
+    def _check_served(self, model_dir:Path) -> str:
+        "The name under which the endpoints serve `model_dir`; `BadInput` when one serves another model."
+        want, name, wrong = model_dir.resolve(), None, []
+        for ep in self.endpoints:
+            try: models = served_models(ep, 30, self.api_key)
+            except Exception as e: self.log(f'openai: {ep} does not answer ({type(e).__name__}: {str(e)[:80]}); it will be retried'); continue
+            ids = [m.get('id') for m in models]
+            hit = next((m['id'] for m in models if any(x and (x == str(model_dir) or Path(x).resolve() == want) for x in (m.get('id'), m.get('root')))), None)
+            if hit: name = name or hit
+            else: wrong.append(f'{ep} serves {ids}')
+        if wrong: raise BadInput(f'the endpoints must serve {model_dir}: {"; ".join(wrong)}. Restart `vllm serve {model_dir}` on those nodes '
+                                 '(or set EI_OPENAI_MODEL to the served name if it is this model), then rerun: the stage resumes')
+        return name or str(model_dir)
+
+    def _count(self, text:str) -> int: return len(self.tokenizer(text, add_special_tokens=False)['input_ids'])
+
+    def _one(self, prompt:str, params:SampleParams, seed:int) -> list[dict]:
+        body, errors = completion_request(prompt, params, seed, self.model), []
+        for attempt in range(self.retries * len(self.endpoints)):
+            with self._lock: i = next(self._next); self.hits[i] += 1
+            ep = self.endpoints[i]
+            try: return parse_completion(_http_json(f'{ep}/completions', body, self.timeout, self.api_key), params.n, params.max_new_tokens, self._count)
+            except urllib.error.HTTPError as e:
+                detail = e.read()[:300].decode('utf-8', 'replace')
+                if e.code < 500 and e.code not in (408, 429): raise BadInput(f'{ep}: HTTP {e.code}: {detail}') from None
+                why = f'HTTP {e.code}'
+            except (urllib.error.URLError, OSError, ValueError, EndpointError) as e: why = f'{type(e).__name__}: {str(e)[:100]}'
+            with self._lock: self.failures[i] += 1
+            errors.append(f'{ep}: {why}')
+            pause = min(60.0, self.backoff * 2 ** (attempt // len(self.endpoints)))
+            self.log(f'openai: {ep}: {why}; retrying on the next endpoint in {pause:g} s')
+            time.sleep(pause)
+        raise StageFailed(f'openai: every endpoint failed {self.retries} times for one prompt: {"; ".join(errors[-len(self.endpoints):])}')
+
+    def generate(self, prompts:list[str], params:SampleParams, seeds:list[int]) -> list[list[dict]]:
+        with _Pool(min(self.workers, len(prompts)) or 1, thread_name_prefix='ei-openai') as pool:
+            return list(pool.map(lambda ps: self._one(ps[0], params, ps[1]), zip(prompts, seeds)))
+
+SAMPLERS['openai'] = OpenAISampler

@@ -8,11 +8,32 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 from .core import BadInput, atomic_write_json, read_problems, read_samples, read_verdicts
-from .sample import POOL_CAP, SampleParams, make_sampler, open_verifier, run_pipeline
+from .sample import POOL_CAP, SampleParams, make_sampler, open_verifier, run_pipeline, verifier_of
 from .eval import problem_counts, plot_pass_counts
 
 # %% auto #0
-__all__ = ['run_sample_verify']
+__all__ = ['sample_and_verify', 'run_sample_verify']
+
+# %% ../nbs/01_sample_verify.ipynb #6bfac60c
+def sample_and_verify(problems:list[dict], # the problems to sample
+                      model_dir, # the model
+                      samples_path, verdicts_path, # where the records go
+                      params:SampleParams, # n, temperature, top_p, max_new_tokens, seed
+                      round_idx:int, # the `round` of the records
+                      sampler:str='transformers', sampler_options:dict|None=None,
+                      verifier=None, # `ei_nb.verify.VerifierSettings` (None: no verifier)
+                      prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5,
+                      prefill=None, # (samples, verdicts) of an earlier sampling to reuse
+                      settings:dict|None=None, # what a resume must not change (kept beside the samples)
+                      log=print, progress:bool|None=None) -> dict:
+    "Load the sampler, open the verifier and run the pipeline; its stats, with the load time in `timings`."
+    t0 = time.perf_counter()
+    smp = make_sampler(sampler, model_dir, **(sampler_options or {}))
+    load_s = time.perf_counter() - t0
+    with open_verifier(verifier) as ver:
+        stats = run_pipeline(problems, smp, samples_path, params, round_idx, ver, verdicts_path, prompt_style, chunk_problems,
+                             max_prompt_frac, prefill, settings=settings, log=log, progress=progress)
+    return stats | {'timings': {'load_s': round(load_s, 3), **stats['timings']}}
 
 # %% ../nbs/01_sample_verify.ipynb #24a61b21
 def run_sample_verify(problems_path, # the selected problems (selected.jsonl)
@@ -24,28 +45,26 @@ def run_sample_verify(problems_path, # the selected problems (selected.jsonl)
                       endpoints=None, policy=None, cache_dir=None,
                       prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5,
                       seed_samples_path=None, seed_verdicts_path=None, # an earlier sampling of this model to reuse
+                      known_proofs=None, # the known-proof file of the `known` back-end
                       log=print, progress:bool|None=None) -> dict:
     "Sample and verify the selected problems into `out_dir`; returns what `sample_verify.json` holds."
     if bool(seed_samples_path) != bool(seed_verdicts_path): raise BadInput('seed samples and seed verdicts go together')
     prefill = (read_samples(seed_samples_path), read_verdicts(seed_verdicts_path)) if seed_samples_path else None
     problems, out_dir = read_problems(problems_path), Path(out_dir)
-    t0 = time.perf_counter()
-    smp = make_sampler(sampler, model_dir, **(sampler_options or {}))
-    load_s = time.perf_counter() - t0
     params = SampleParams(n, temperature, top_p, max_new_tokens, seed)
     verifier = {'verify_backend': verify_backend, 'lean_project': str(lean_project) if lean_project else None,
                 'timeout': timeout, 'policy': policy}
-    with open_verifier(verify_backend, lean_project, workers, timeout, endpoints, policy, cache_dir) as ver:
-        stats = run_pipeline(problems, smp, out_dir/'samples.jsonl', params, round_idx, ver, out_dir/'verdicts.jsonl',
-                             prompt_style, chunk_problems, max_prompt_frac, prefill,
-                             settings={'model': str(Path(model_dir).resolve()), **verifier,
-                                       'seed_samples': str(seed_samples_path or '')}, log=log, progress=progress)
+    stats = sample_and_verify(problems, model_dir, out_dir/'samples.jsonl', out_dir/'verdicts.jsonl', params, round_idx, sampler,
+                              sampler_options, verifier_of(verify_backend, lean_project, workers, timeout, endpoints, policy, cache_dir,
+                                                           known_proofs),
+                              prompt_style, chunk_problems, max_prompt_frac, prefill,
+                              {'model': str(Path(model_dir).resolve()), **verifier, 'seed_samples': str(seed_samples_path or '')},
+                              log=log, progress=progress)
     import pandas as pd
     from matplotlib.figure import Figure
     verdicts = read_verdicts(out_dir/'verdicts.jsonl', False)
     counts = problem_counts(pd.DataFrame(verdicts, columns=['name', 'sample_idx', 'verdict']))
-    result = stats | {'problems_with_pass': int((counts['c'] > 0).sum()), 'sampler': sampler, **asdict(params),
-                      **verifier, 'timings': {'load_s': round(load_s, 3), **stats['timings']}}
+    result = stats | {'problems_with_pass': int((counts['c'] > 0).sum()), 'sampler': sampler, **asdict(params), **verifier}
     fig = Figure(figsize=(5, 3.2)); plot_pass_counts(fig.subplots(), verdicts, n)
     fig.tight_layout(); fig.savefig(out_dir/'sample_verify.png', dpi=100)
     atomic_write_json(out_dir/'sample_verify.json', result)

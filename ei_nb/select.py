@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import numpy as np
 import pandas as pd
-from .core import BadInput, DataStop, read_problems, read_frame, statement_key, write_records
+from .core import BadInput, DataStop, check_output, read_problems, read_frame, statement_key, write_records
 from .eval import problem_counts
 
 # %% auto #0
@@ -23,15 +23,30 @@ def protected_index(protected:list[dict]) -> tuple[set, set]:
     "Names and statement keys of the protected problems."
     return {p['name'] for p in protected}, {statement_key(p['formal_statement']) for p in protected}
 
-def decontaminate(pool:list[dict], protected:list[dict]) -> tuple[list[dict], list[dict]]:
+def decontaminate(pool:list[dict], protected:list[dict],
+                  candidates:set|None=None, # names that could be selected: only their statements are keyed (None: all)
+                 ) -> tuple[list[dict], list[dict]]:
     "Split `pool` into (kept, removed) by name or statement key against `protected`."
     names, keys = protected_index(protected)
+    def hit(p): return p['name'] in names or ((candidates is None or p['name'] in candidates) and statement_key(p['formal_statement']) in keys)
     kept, removed = [], []
-    for p in pool: (removed if p['name'] in names or statement_key(p['formal_statement']) in keys else kept).append(p)
+    for p in pool: (removed if hit(p) else kept).append(p)
     return kept, removed
 
 # %% ../nbs/00_select.ipynb #f957d0c2
 def _rank(seed:int, name:str) -> str: return hashlib.sha256(f'{seed}:{name}'.encode()).hexdigest()
+
+def _first_clean_zeros(pool, rates, protected, max_zero:int, seed:int) -> set:
+    "The p = 0 problems keyed for selection: in rank order, until `max_zero` of them are not protected (those keyed and found protected included)."
+    if max_zero <= 0: return set()
+    names, keys = protected_index(protected)
+    by_name = {p['name']: p for p in pool}
+    zeros = sorted((n for n in rates.index[rates.pass_rate == 0] if n in by_name and n not in names), key=lambda n: _rank(seed, n))
+    keyed, clean = set(), 0
+    for n in zeros:
+        keyed.add(n); clean += statement_key(by_name[n]['formal_statement']) not in keys
+        if clean == max_zero: break
+    return keyed
 
 def select_problems(pool:list[dict], # problem records of the training pool
                     verdicts:pd.DataFrame, # verdicts of the last measurement of the pool
@@ -41,13 +56,16 @@ def select_problems(pool:list[dict], # problem records of the training pool
                    ) -> tuple[list[dict], dict, pd.DataFrame]:
     "Selected problem records (with `pass_rate`, `n_samples`, `n_pass`), a summary, and the per-problem table."
     if not 0 <= lo < hi <= 1: raise BadInput(f'need 0 <= lo < hi <= 1, got lo={lo}, hi={hi}')
-    kept, removed = decontaminate(pool, list(protected))
     rates = pass_rates(verdicts).set_index('name')
+    band = set(rates.index[(rates.pass_rate > lo) & (rates.pass_rate <= hi)])
+    zeros = _first_clean_zeros(pool, rates, list(protected), max_zero if include_zero else 0, seed)
+    kept, removed = decontaminate(pool, list(protected), band | zeros)
     table = pd.DataFrame({'name': [p['name'] for p in kept]}).join(rates, on='name')
-    measured = table.dropna(subset=['pass_rate']).copy()
-    measured['rank'] = [_rank(seed, n) for n in measured['name']]
-    in_band = measured[(measured.pass_rate > lo) & (measured.pass_rate <= hi)]
-    zero = measured[measured.pass_rate == 0].sort_values('rank').head(max_zero if include_zero else 0)
+    measured = table.dropna(subset=['pass_rate'])
+    in_band = measured[(measured.pass_rate > lo) & (measured.pass_rate <= hi)].copy()
+    zero = measured[measured.name.isin(zeros)].copy()
+    for part in (in_band, zero): part['rank'] = [_rank(seed, n) for n in part['name']]   # ranked: candidates only
+    zero = zero.sort_values('rank').head(max_zero if include_zero else 0)
     chosen = pd.concat([in_band, zero]).sort_values('rank').head(max_problems)
     by_name = {p['name']: p for p in kept}
     selected = [dict(by_name[r.name], pass_rate=float(r.pass_rate), n_samples=int(r.n_samples), n_pass=int(r.n_pass))
@@ -93,13 +111,15 @@ def run_select(pool_path, results_path, out_path, protected_paths=(), lo=0.0, hi
 
 def select_cli(argv):
     "`ei select --pool FILE --results FILE --out FILE [--protected FILE ...] [--lo 0] [--hi 0.75] [--include-zero] [--max-zero N] [--max-problems N] [--seed S]`"
-    from ei_nb.cli import parser
+    from ei_nb.cli import parser, unit_float, nonneg_int
     p = parser('select', 'pick pool problems in the pass-rate band')
     p.add_argument('--pool', required=True); p.add_argument('--results', required=True, help='verdict records of the pool')
     p.add_argument('--out', required=True); p.add_argument('--protected', nargs='*', default=[])
-    p.add_argument('--lo', type=float, default=0.0); p.add_argument('--hi', type=float, default=0.75)
-    p.add_argument('--include-zero', action='store_true'); p.add_argument('--max-zero', type=int, default=100)
-    p.add_argument('--max-problems', type=int, default=300); p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--lo', type=unit_float, default=0.0); p.add_argument('--hi', type=unit_float, default=0.75)
+    p.add_argument('--include-zero', action='store_true'); p.add_argument('--max-zero', type=nonneg_int, default=100)
+    p.add_argument('--max-problems', type=nonneg_int, default=300); p.add_argument('--seed', type=int, default=0)
     a = p.parse_args(argv)
+    if not a.lo < a.hi: raise BadInput(f'--lo {a.lo} --hi {a.hi}: need lo < hi')
+    check_output(a.out, [a.pool, a.results, *a.protected])
     summary, _ = run_select(a.pool, a.results, a.out, a.protected, a.lo, a.hi, a.include_zero, a.max_zero, a.max_problems, a.seed)
     return summary

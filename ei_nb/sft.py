@@ -8,7 +8,7 @@ import contextlib, hashlib, json, math, random, re, shutil, time
 from collections import Counter, defaultdict
 from functools import partial
 from pathlib import Path
-from .core import (BadInput, DataStop, StageFailed, RecordError, atomic_write_json, fsync_dir, iter_jsonl,
+from .core import (SFT_MAX_TOKENS, BadInput, DataStop, StageFailed, RecordError, atomic_write_json, fsync_dir, iter_jsonl,
                         lean_code_only, normalize_ws, read_problems, read_samples, read_verdicts, sha256_json,
                         shared_data, statement_key, write_records)
 from .prompts import render_prompt
@@ -19,7 +19,7 @@ __all__ = ['RANKS', 'SCHEDULES', 'protected_key', 'read_protected', 'protected_i
            'demo_sft_inputs', 'plan_steps', 'micro_batches', 'split_ranks', 'tokenize_rows', 'collate',
            'completion_loss', 'loss_module', 'lr_factor', 'atomic_dir', 'trainable_state', 'save_checkpoint',
            'latest_checkpoint', 'load_checkpoint', 'probe_logits', 'export_model', 'load_for_training', 'train_lora',
-           'sft_data_cli', 'train_cli']
+           'sft_data_cli', 'train_cli', 'check_rows_not_protected']
 
 # %% ../nbs/02_sft.ipynb #03301c8d
 _THM = re.compile(r'(?m)^[ \t]*(?:@\[[^\]]*\]\s*)?(?:private\s+|protected\s+)?(?:theorem|lemma)\s')
@@ -81,7 +81,7 @@ def proof_text(sample:dict, verdict:dict) -> str:
 # %% ../nbs/02_sft.ipynb #1adc4a9e
 def select_proofs(passes:list[tuple[dict, dict]], # one problem's passes
                   lengths:dict[int, int], # row length in tokens (prompt + completion) by `sample_idx`
-                  max_per_problem:int=4, rank:str='shortest', max_tokens:int=18432) -> list[tuple[int, str]]:
+                  max_per_problem:int=4, rank:str='shortest', max_tokens:int=SFT_MAX_TOKENS) -> list[tuple[int, str]]:
     "Label each ranked pass `kept`, `duplicate`, `too_long` or `over_cap`."
     seen, kept, out = set(), 0, []
     for s,v in rank_passes(passes, rank):
@@ -118,7 +118,7 @@ def build_sft_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
                    round_idx:int, # round written into each row
                    max_per_problem:int=4, # distinct proofs kept per problem at most
                    rank:str='shortest', # `shortest` or `order`
-                   max_tokens:int=18432, # rows longer than this (prompt + completion) are dropped
+                   max_tokens:int=SFT_MAX_TOKENS, # rows longer than this (prompt + completion) are dropped
                    protected=(), # rows with `name`/`formal_statement` that must never appear
                    style:str='chat', # prompt style used for sampling
                   ) -> tuple[list[dict], dict]:
@@ -248,7 +248,7 @@ def split_ranks(micros:list[list[int]], lengths:list[int], world:int=1) -> list[
     return ranks
 
 # %% ../nbs/02_sft.ipynb #99ea42c4
-def tokenize_rows(rows:list[dict], tokenizer, max_tokens:int=18432) -> tuple[list[dict], int]:
+def tokenize_rows(rows:list[dict], tokenizer, max_tokens:int=SFT_MAX_TOKENS) -> tuple[list[dict], int]:
     "Token ids and prompt length of each row (end-of-turn appended unless the sample was capped); rows over `max_tokens` are dropped, never truncated."
     eos = [tokenizer.eos_token_id]
     prompts, comps = encode(tokenizer, [r['prompt'] for r in rows]), encode(tokenizer, [r['completion'] for r in rows])
@@ -426,7 +426,7 @@ def train_lora(model_dir, # previous round's merged model (config, safetensors, 
                target_modules='all-linear', # peft target modules
                batch_tokens:int=65536, # target tokens per optimizer step (gradient accumulation)
                pack_tokens:int=0, # 0: one row per forward pass; >0: pack rows up to this many tokens
-               max_tokens:int=18432, # longer rows are dropped (counted), never truncated
+               max_tokens:int=SFT_MAX_TOKENS, # longer rows are dropped (counted), never truncated
                warmup_ratio:float=0.03, schedule:str='cosine', weight_decay:float=0.0, max_grad_norm:float=1.0,
                max_steps:int=-1, # stop after this many optimizer steps (-1: all epochs)
                full_finetune:bool=False, # train all weights, no LoRA
@@ -517,15 +517,17 @@ def train_lora(model_dir, # previous round's merged model (config, safetensors, 
 # %% ../nbs/02_sft.ipynb #ce85510d
 def sft_data_cli(argv:list[str]) -> dict:
     "`ei sft-data --problems F --verdicts F --samples F --out F --tokenizer DIR [...]`: SFT rows by the keep rules."
-    from ei_nb.cli import parser, say
+    from ei_nb.cli import parser, say, positive_int, nonneg_int
+    from ei_nb.core import SFT_MAX_TOKENS, check_output
     p = parser('sft-data', 'build SFT rows from verified samples (02_sft)')
     for f in ('--problems', '--verdicts', '--samples', '--out'): p.add_argument(f, required=True)
     p.add_argument('--tokenizer', help='tokenizer directory of the model that sampled (usually the model dir); required')
-    p.add_argument('--max-per-problem', type=int, default=4); p.add_argument('--rank', choices=RANKS, default='shortest')
-    p.add_argument('--max-tokens', type=int, default=18432); p.add_argument('--min-rows', type=int, default=50)
-    p.add_argument('--round', type=int, default=0); p.add_argument('--style', default='chat')
+    p.add_argument('--max-per-problem', type=positive_int, default=4); p.add_argument('--rank', choices=RANKS, default='shortest')
+    p.add_argument('--max-tokens', type=positive_int, default=SFT_MAX_TOKENS); p.add_argument('--min-rows', type=nonneg_int, default=50)
+    p.add_argument('--round', type=nonneg_int, default=0); p.add_argument('--style', default='chat')
     p.add_argument('--protected', action='append', default=[], help='protected problems file (repeatable)')
     a = p.parse_args(argv)
+    check_output(a.out, [a.problems, a.verdicts, a.samples, *a.protected])
     rows, st = build_sft_rows(read_problems(a.problems), read_samples(a.samples), read_verdicts(a.verdicts),
                               a.tokenizer, a.round, a.max_per_problem, a.rank, a.max_tokens,
                               read_protected(a.protected), a.style)
@@ -538,20 +540,36 @@ def sft_data_cli(argv:list[str]) -> dict:
 # %% ../nbs/02_sft.ipynb #0549b59f
 def train_cli(argv:list[str]) -> dict:
     "`ei train --model DIR --data FILE --out-dir DIR [--lr ...] [--epochs ...] [--lora-r ...] [...]`"
-    from ei_nb.cli import parser
+    from ei_nb.cli import parser, positive_int, nonneg_int, positive_float, nonneg_float, unit_float
+    from ei_nb.core import SFT_MAX_TOKENS, check_output
     p = parser('train', 'LoRA-train on SFT rows, merge and export (02_sft)')
     for f in ('--model', '--data', '--out-dir'): p.add_argument(f, required=True)
-    for f,t,d in (('--lr', float, 2e-5), ('--epochs', int, 2), ('--lora-r', int, 64), ('--lora-alpha', int, 128),
-                  ('--lora-dropout', float, 0.0), ('--batch-tokens', int, 65536), ('--pack-tokens', int, 0),
-                  ('--max-tokens', int, 18432), ('--warmup-ratio', float, 0.03), ('--weight-decay', float, 0.0),
-                  ('--max-grad-norm', float, 1.0), ('--max-steps', int, -1), ('--seed', int, 0), ('--save-every', int, 25),
-                  ('--keep-checkpoints', int, 2), ('--dtype', str, 'auto'), ('--max-shard-size', str, '5GB'),
+    for f,t,d in (('--lr', positive_float, 2e-5), ('--epochs', positive_int, 2), ('--lora-r', positive_int, 64), ('--lora-alpha', positive_int, 128),
+                  ('--lora-dropout', unit_float, 0.0), ('--batch-tokens', positive_int, 65536), ('--pack-tokens', nonneg_int, 0),
+                  ('--max-tokens', positive_int, SFT_MAX_TOKENS), ('--warmup-ratio', unit_float, 0.03), ('--weight-decay', nonneg_float, 0.0),
+                  ('--max-grad-norm', positive_float, 1.0), ('--max-steps', int, -1), ('--seed', int, 0), ('--save-every', positive_int, 25),
+                  ('--keep-checkpoints', positive_int, 2), ('--dtype', str, 'auto'), ('--max-shard-size', str, '5GB'),
                   ('--attn-implementation', str, None), ('--log-every', int, 0)):
         p.add_argument(f, type=t, default=d)
     p.add_argument('--schedule', choices=SCHEDULES, default='cosine')
     p.add_argument('--full-finetune', action='store_true'); p.add_argument('--no-resume', action='store_true')
     a = vars(p.parse_args(argv))
     model, data, out = a.pop('model'), a.pop('data'), a.pop('out_dir')
+    check_output(out, [data], '--out-dir', is_dir=True)
     a['resume'] = not a.pop('no_resume')
     m = train_lora(model, data, out, **a)
     return {k: v for k,v in m.items() if k not in ('history', 'params')} | {'out_dir': str(out)}
+
+# %% ../nbs/02_sft.ipynb #049dfca0
+def check_rows_not_protected(rows:list[dict], # the SFT rows
+                             problems:list[dict], # the round's problems (for each row's statement)
+                             protected:list[dict], # rows with `name` and optional `formal_statement`
+                            ) -> None:
+    "Raise `StageFailed` if any SFT row is a protected problem, by name or by statement key."
+    from ei_nb.core import StageFailed, statement_key
+    names = {q['name'] for q in protected}
+    keys = {statement_key(q['formal_statement']) for q in protected if q.get('formal_statement')}
+    stmts = {q['name']: statement_key(q['formal_statement']) for q in problems}
+    for i, row in enumerate(rows):
+        if row['name'] in names or stmts.get(row['name']) in keys:
+            raise StageFailed(f"SFT row {i} is protected problem {row['name']!r}: refusing to train")

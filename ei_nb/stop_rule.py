@@ -7,7 +7,7 @@ from __future__ import annotations
 from .core import BadInput
 
 # %% auto #0
-__all__ = ['best_round', 'stop_decision', 'data_stop', 'stop_cli']
+__all__ = ['best_round', 'stop_decision', 'best_with_base', 'data_stop', 'stop_cli']
 
 # %% ../nbs/05_stop_rule.ipynb #d1461173
 def best_round(scores:list[int]) -> int:
@@ -33,6 +33,19 @@ def stop_decision(scores:list[int], # S_1..S_r, one per finished round (same n_e
         return {'stop': True, 'reason': 'plateau', 'best_round': best_round(scores)}
     if r >= rounds: return {'stop': True, 'reason': 'budget', 'best_round': best_round(scores)}
     return {'stop': False, 'reason': None, 'best_round': best_round(scores)}
+
+# %% ../nbs/05_stop_rule.ipynb #e5af8de2
+def best_with_base(decision:dict, # what `stop_decision` returned (or a data stop)
+                   scores:list[int], # S_1..S_r
+                   s0:int|None, # S_0, the base model's score (None: unknown, the base is not considered)
+                  ) -> dict:
+    "The decision with the base model (round 0) in the running for best round; it wins ties, being earliest."
+    r = decision['best_round']
+    if s0 is None: return decision
+    if r and scores[r - 1] > s0: return decision | {'S_0': s0}
+    note = (f'no round beat the base model (S_0 = {s0}, best round {r} has S_{r} = {scores[r - 1]}): best is the base model'
+            if r else f'no round has a score (S_0 = {s0}): best is the base model')
+    return decision | {'best_round': 0, 'S_0': s0, 'best_note': note}
 
 # %% ../nbs/05_stop_rule.ipynb #82ab0ff0
 def data_stop(n_in_band:int, n_mixed:int, n_sft_rows:int|None=None, min_rows:int=50) -> str|None:

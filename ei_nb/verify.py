@@ -9,9 +9,9 @@ import urllib.error, urllib.request
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Iterable, Iterator
-from .core import (VERDICTS, BadInput, RecordError, StageFailed, atomic_write_json, check_record, iter_jsonl, lean_code_only,
+from .core import (VERDICTS, BadInput, RecordError, StageFailed, atomic_write_json, check_output, check_record, iter_jsonl, lean_code_only,
                         normalize_ws, read_problems, read_samples, sha256_json, theorem_name, write_records)
-from .cli import parser, say
+from .cli import parser, say, nonneg_int, positive_int, positive_float
 from .lean_lex import analyse, lexical_error
 from functools import lru_cache
 
@@ -622,7 +622,7 @@ class ServerBackend:
     "An HTTP client of kimina-lean-server-compatible endpoints (`POST /verify`), round robin."
     def __init__(self, endpoints:list, api_key:str|None=None, margin:float=60, lean_version:str|None=None,
                  busy_retries:int=5, busy_backoff:float=2.0):
-        if not endpoints: raise BadInput('backend server needs at least one --endpoint URL')
+        if not endpoints: raise BadInput('backend server needs at least one --endpoint URL (or EI_LEAN_SERVER_ENDPOINTS=URL,URL)')
         self.endpoints, self.api_key, self.margin = [e.rstrip('/') for e in endpoints], api_key, margin
         self.busy_retries, self.busy_backoff = busy_retries, busy_backoff
         self._next, self._lock, self.hits = itertools.cycle(range(len(self.endpoints))), threading.Lock(), [0]*len(self.endpoints)
@@ -872,7 +872,8 @@ def _lean_backend(s:VerifierSettings):
     return LeanBackend(s.project, s.lean_cmd, s.mem_mb, s.lean_version)
 
 def _server_backend(s:VerifierSettings):
-    return ServerBackend(s.endpoints or [], s.api_key or os.environ.get('EI_LEAN_SERVER_KEY'), s.margin, s.lean_version, s.busy_retries)
+    endpoints = s.endpoints or [e.strip() for e in os.environ.get('EI_LEAN_SERVER_ENDPOINTS', '').split(',') if e.strip()]
+    return ServerBackend(endpoints, s.api_key or os.environ.get('EI_LEAN_SERVER_KEY'), s.margin, s.lean_version, s.busy_retries)
 
 def _known_backend(s:VerifierSettings):
     if not s.known_proofs: raise BadInput('backend known needs --known-proofs FILE (JSON Lines of Lean-accepted proofs)')
@@ -913,14 +914,14 @@ def _parser():
     p.add_argument('--out', required=True, help='verdict records to write (JSONL)')
     p.add_argument('--backend', default='none', help=f"verifier back-end: {', '.join(sorted(_BACKENDS))} or package.module:factory")
     p.add_argument('--project', help='Mathlib project directory (repl, lean)')
-    p.add_argument('--workers', type=int, help='parallel checks (default: CPU count)')
-    p.add_argument('--timeout', type=float, default=300, help='seconds per proof')
+    p.add_argument('--workers', type=positive_int, help='parallel checks (default: CPU count)')
+    p.add_argument('--timeout', type=positive_float, default=300, help='seconds per proof')
     p.add_argument('--endpoint', action='append', default=[], help='checking-server URL (repeatable, server)')
     p.add_argument('--cache-dir', help='verdict cache (default: verdict_cache/ next to --out for Lean backends)')
     p.add_argument('--policy', help='policy JSON file (rules, set_options, axioms)')
-    p.add_argument('--mem-mb', type=int, help='RLIMIT_AS per Lean process in MiB (default 10240)')
-    p.add_argument('--max-uses', type=int, help='proofs per REPL before it is recycled (default 100)')
-    p.add_argument('--header-timeout', type=float, help='seconds for the REPL to load the header (default max(600, --timeout)); '
+    p.add_argument('--mem-mb', type=nonneg_int, help='RLIMIT_AS per Lean process in MiB (default 10240; 0: no limit)')
+    p.add_argument('--max-uses', type=positive_int, help='proofs per REPL before it is recycled (default 100)')
+    p.add_argument('--header-timeout', type=positive_float, help='seconds for the REPL to load the header (default max(600, --timeout)); '
                    'no reply in time stops the run with exit 3')
     p.add_argument('--stdout-mode', choices=['auto', 'pty', 'stdbuf', 'pipe'], help="how the REPL's stdout is read (default auto: pty on Linux)")
     p.add_argument('--known-proofs', help='known-proof file (backend known)')
@@ -931,6 +932,7 @@ def _parser():
 def verify_cli(argv:list[str]) -> dict:
     "`ei verify`: write one verdict per sample, return the counts."
     a = _parser().parse_args(argv)
+    check_output(a.out, [a.problems, a.samples, a.policy])
     problems = {p['name']: p for p in read_problems(a.problems)}
     samples = read_samples(a.samples)
     for s, (line, _) in zip(samples, iter_jsonl(a.samples)):

@@ -19,3 +19,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if 'lean' in item.keywords:
             item.add_marker(pytest.mark.skip(reason='needs a real `lean` on PATH (Lean cannot be installed on this machine)'))
+
+
+@pytest.fixture(scope='session')
+def tiny_tokenizer(tiny_model_dir):
+    "The tiny model's tokenizer, loaded once per test session."
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(tiny_model_dir)

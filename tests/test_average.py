@@ -439,3 +439,108 @@ def test_float32_model_round_trip(tiny_model_dir, tmp_path):
         x, y = a_sd[k].view(torch.int32).numpy().view(np.uint32).reshape(-1), f_sd[k].view(torch.int32).numpy().view(np.uint32).reshape(-1)
         assert_exact(out[k].view(torch.int32).numpy().view(np.uint32).reshape(-1), x, y, 'F32', 1 / 3)
     assert m is not None
+
+
+# ---------------------------------------------------------------- the kernel cache loads nothing it cannot vouch for
+
+PLANTED_C = r'''
+#include <stdio.h>
+#include <stdlib.h>
+#include <stddef.h>
+__attribute__((constructor)) static void planted(void) {
+  const char *p = getenv("EI_PLANTED_MARKER");
+  if (p) { FILE *f = fopen(p, "w"); if (f) { fputs("the planted library ran\n", f); fclose(f); } }
+}
+int ei_avg_simd(void) { return 1; }
+int ei_avg(int kind, int mode, const void *a, void *b, size_t n, double ca, double cb, double *s) { return 0; }
+'''
+
+# averages 1.0 and 2.0 (bf16) with weight 0.5 through the C kernel: 1.5 is 0x3fc0; the planted ei_avg leaves 0x4000
+PROBE = ('import json, numpy as np; from ei_nb.average import avg_into, kernel_name; '
+         'a, b = np.full(8, 0x3f80, np.uint16), np.full(8, 0x4000, np.uint16); name = kernel_name("c"); '
+         'avg_into("BF16", a.view(np.uint8), b.view(np.uint8), 0.5, kernel="c"); '
+         'print(json.dumps({"kernel": name, "out": int(b[0])}))')
+
+
+@pytest.fixture
+def planted(tmp_path):
+    "A shared library whose constructor writes a marker file: what another local user would plant."
+    cc = shutil.which('cc') or shutil.which('gcc')
+    if not cc: pytest.skip('no C compiler: cannot build the planted library (and the numpy path loads nothing)')
+    (tmp_path / 'planted.c').write_text(PLANTED_C)
+    so = tmp_path / 'planted.so'
+    subprocess.run([cc, '-shared', '-fPIC', '-o', str(so), str(tmp_path / 'planted.c')], check=True, capture_output=True)
+    return so
+
+
+def _probe(tmp_path, cache):
+    env = dict(os.environ, EI_CACHE=str(cache), TMPDIR=str(tmp_path / 'tmp'), EI_PLANTED_MARKER=str(tmp_path / 'marker'))
+    env.pop('EI_AVERAGE_KERNEL', None)
+    p = subprocess.run([sys.executable, '-c', PROBE], env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.splitlines()[-1])
+
+
+def _old_names():
+    "The file names the old cache used, computed its way: sha256 of source, compiler, flags and CPU flags."
+    from ei_nb.average import _KERNEL_SRC
+    try: cpu = next((l for l in open('/proc/cpuinfo') if l.startswith(('flags', 'Features'))), '')
+    except OSError: cpu = ''
+    base = ['-O3', '-ffp-contract=off', '-fno-fast-math', '-shared', '-fPIC']
+    return [f'average-{__import__("hashlib").sha256(chr(10).join([_KERNEL_SRC, os.environ.get("CC", "gcc"), *base, *f, cpu]).encode()).hexdigest()[:16]}'
+            for f in (['-march=native'], [])]
+
+
+def _plant(d, so):
+    "Put the planted library under every name the cache could look for, each with a record that matches it."
+    for stem in _old_names():
+        shutil.copy(so, d / f'{stem}.so')
+        (d / f'{stem}.json').write_text(json.dumps({'sha256': sha256_file(so)}))
+
+
+@pytest.mark.parametrize('how', ['world-writable', 'other-uid', 'symlink'])
+def test_planted_library_in_the_old_tmp_path_is_not_loaded(planted, tmp_path, how):
+    "Home cache unusable (its parent is a file); a library planted in the old predictable $TMPDIR path is never loaded."
+    (tmp_path / 'tmp').mkdir(); (tmp_path / 'home').write_text('a file, so no cache can be made under it')
+    old = tmp_path / 'tmp' / f'ei_nb-kernels-{os.getuid()}'
+    target = tmp_path / 'elsewhere' if how == 'symlink' else old
+    target.mkdir(mode=0o700)
+    _plant(target, planted)
+    if how == 'world-writable': os.chmod(old, 0o777)
+    if how == 'symlink': os.symlink(target, old)
+    if how == 'other-uid':
+        if os.getuid() != 0: pytest.skip('giving the directory to another uid needs root')
+        os.chown(old, 65534, 65534); os.chmod(old, 0o755)
+    before = sorted(p.name for p in target.iterdir())
+    r = _probe(tmp_path, tmp_path / 'home' / 'cache')
+    assert not (tmp_path / 'marker').exists(), 'the planted library was loaded'
+    assert r == {'kernel': r['kernel'], 'out': 0x3fc0} and r['kernel'] in ('avx2', 'c')   # a kernel we built ourselves
+    assert sorted(p.name for p in target.iterdir()) == before                            # their files left alone
+    assert sorted(p.name for p in (tmp_path / 'tmp').iterdir()) == [old.name]             # our fresh build removed
+
+
+def test_world_writable_home_cache_is_refused(planted, tmp_path):
+    "A cache dir that others can write to is not used, not even its library with a matching record; nor is it 'fixed'."
+    (tmp_path / 'tmp').mkdir()
+    cache = tmp_path / 'cache'; (cache / 'kernels').mkdir(parents=True)
+    _plant(cache / 'kernels', planted); os.chmod(cache / 'kernels', 0o777)
+    r = _probe(tmp_path, cache)
+    assert not (tmp_path / 'marker').exists() and r['out'] == 0x3fc0
+    assert os.stat(cache / 'kernels').st_mode & 0o777 == 0o777
+
+
+def test_tampered_cached_library_is_rebuilt_not_loaded(planted, tmp_path):
+    (tmp_path / 'tmp').mkdir()
+    cache = tmp_path / 'cache'
+    assert _probe(tmp_path, cache)['out'] == 0x3fc0                                       # builds and records
+    kdir = cache / 'kernels'
+    assert os.stat(kdir).st_mode & 0o777 == 0o700
+    libs = sorted(kdir.glob('average-*.so'))
+    assert libs and all(json.loads(p.with_suffix('.json').read_text())['sha256'] == sha256_file(p) for p in libs)
+    for p in libs: shutil.copy(planted, p)                                                # swapped, record kept
+    r = _probe(tmp_path, cache)
+    assert not (tmp_path / 'marker').exists(), 'the tampered library was loaded'
+    assert r['out'] == 0x3fc0
+    for p in libs:
+        assert sha256_file(p) != sha256_file(planted)                                     # rebuilt in place
+        assert json.loads(p.with_suffix('.json').read_text())['sha256'] == sha256_file(p)

@@ -160,12 +160,19 @@ def test_second_driver_on_the_same_run_is_refused(reference, tmp_path):
 
 # -- refusals and redo ------------------------------------------------------------------------------------
 
+def _bookkeeping(run) -> dict:
+    "sha256 of run.json and of every manifest and marker: what a refused run must leave exactly as it was."
+    files = [run/'run.json', *run.glob('round_*/round_manifest.json'), *run.glob('**/stages/*.done')]
+    return {str(f.relative_to(run)): _h(f) for f in files if 'superseded' not in f.parts}
+
 def test_changed_parameter_is_refused_and_redo_reruns_exactly_the_rest(reference, tmp_path):
     run = copy_run(reference, tmp_path/'run')
     before = {m: json.loads(m.read_text()) for m in run.glob('round_*/stages/*.done')}
+    kept = _bookkeeping(run)
     p = ei(run, '--set', 'stop_rule.regress=1')
     assert p.returncode == 3, p.stderr
     assert 'regress: 3 -> 1' in p.stderr and '--redo 1:05_stop_rule' in p.stderr
+    assert _bookkeeping(run) == kept                                  # refused before anything was written
     p = ei(run, '--set', 'stop_rule.regress=1', '--redo', '1:05_stop_rule')
     assert p.returncode == 0, p.stderr[-3000:]
     assert executed(p.stderr) == ['1:05_stop_rule', '1:06_report', 'final:06_report']
@@ -175,6 +182,35 @@ def test_changed_parameter_is_refused_and_redo_reruns_exactly_the_rest(reference
         assert (new.get('finished') == old.get('finished')) == same, m        # earlier stages untouched, later ones rerun
     assert json.loads((run/'round_01'/'stages'/'05_stop_rule.done').read_text())['params']['regress'] == 1
     assert list((run/'superseded').glob('*/round_01/05_stop_rule.ipynb'))   # the old audit trail is kept
+
+def test_reseeded_stage_is_refused_not_skipped(reference, tmp_path):
+    "A new seed changes the stage's result: a finished stage with another seed is refused (exit 3), never skipped."
+    run = copy_run(reference, tmp_path/'run')
+    kept = _bookkeeping(run)
+    for key, where in (('sft.seed', '1:02_sft'), ('select.seed', '1:00_select'), ('eval.seed', '0:04_eval')):
+        p = ei(run, '--set', f'{key}=7')
+        assert p.returncode == 3 and 'seed: ' in p.stderr and f'--redo {where}' in p.stderr, (key, p.stderr[-1000:])
+        assert executed(p.stderr) == []
+    assert _bookkeeping(run) == kept
+
+def test_run_dir_that_is_a_file_is_refused(tmp_path):
+    (tmp_path/'run').write_text('not a folder')
+    p = ei(tmp_path/'run')
+    assert p.returncode == 2 and 'is a file' in p.stderr and 'Traceback' not in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and (tmp_path/'run').read_text() == 'not a folder'
+
+def test_every_stage_writes_its_stage_json(reference):
+    "Each stage's own account: what it read (with digests), wrote, its parameters, headline and wall time."
+    from ei_nb.layout import RunLayout, read_stage_json
+    L = RunLayout(reference)
+    for stage in ROUND1:
+        rec = read_stage_json(L.round(1).stage_json(stage))
+        assert rec and rec['stage'] == stage and rec['status'] == 'done' and rec['wall_s'] > 0, stage
+    ev = read_stage_json(L.round(1).stage_json('04_eval'))
+    assert ev['headline']['solved'] == json.loads(L.round(1).eval_json.read_text())['solved']
+    assert ev['outputs']['verdicts']['sha256'] == _h(L.round(1).eval_verdicts)
+    assert read_stage_json(L.round(1).stage_json('05_stop_rule'))['headline'] == json.loads(L.round(1).decision.read_text())
+    assert read_stage_json(L.round(0).stage_json('01_sample_verify'))['params']['data_rule'] is False   # no data rule on the pool measurement
 
 def test_redo_a_middle_stage_reruns_it_and_everything_after(reference, tmp_path):
     run = copy_run(reference, tmp_path/'run')
@@ -188,7 +224,11 @@ def test_finished_run_is_skipped_entirely(reference, tmp_path):
     p = ei(run)
     assert p.returncode == 0 and executed(p.stderr) == [], p.stderr[-2000:]
     summary = json.loads(p.stdout.strip().splitlines()[-1])
-    assert summary['decision']['reason'] == 'budget' and Path(summary['best']).resolve() == (run/'round_01'/'model').resolve()
+    assert summary['decision']['reason'] == 'budget'
+    S1 = json.loads((run/'round_01'/'eval'/'eval.json').read_text())['solved']
+    best = 1 if S1 > summary['S_0'] else 0                            # the base is a candidate and wins ties
+    assert summary['best_round'] == best
+    assert Path(summary['best']).resolve() == (run/'round_01'/'model' if best else run/'demo'/'model').resolve()
 
 def test_config_typos_are_refused(tmp_path):
     p = ei(tmp_path/'run', '--set', 'select.hii=0.5')
@@ -251,14 +291,18 @@ def test_no_protected_problem_in_any_sft_row(reference):
     for r in rows:
         assert r['name'] not in names and statement_key(pool[r['name']]['formal_statement']) not in keys
 
-def test_sft_guard_stops_on_a_protected_row(reference, tmp_path):
-    from ei_nb.driver import Run, load_config
+def test_sft_guard_stops_on_a_protected_row(reference):
+    "02_sft re-checks the rows it is about to train on: a protected problem among them stops the stage."
+    from ei_nb.sft import check_rows_not_protected, read_protected
     from ei_nb.core import StageFailed
-    run = copy_run(reference, tmp_path/'run')
-    test = read_problems(run/'demo'/'protected_test_dsp15.jsonl')[0]
-    with open(run/'round_01'/'sft.jsonl', 'a') as f: f.write(json.dumps({'name': test['name'], 'sample_idx': 0, 'prompt': '', 'completion': ''}) + '\n')
-    r = Run(load_config(DEMO), run)
-    with pytest.raises(StageFailed, match='protected'): r.check_sft_rows(1)
+    d = reference/'round_01'
+    rows, problems = [r for _, r in iter_jsonl(d/'sft.jsonl')], read_problems(d/'selected.jsonl')
+    protected = read_protected([reference/'demo'/'protected_test_dsp15.jsonl', reference/'demo'/'protected_test_goedel_v2.jsonl',
+                                reference/'inputs'/'scored.jsonl'])
+    check_rows_not_protected(rows, problems, protected)              # the real rows pass
+    test = read_problems(reference/'demo'/'protected_test_dsp15.jsonl')[0]
+    with pytest.raises(StageFailed, match='protected'):
+        check_rows_not_protected(rows + [{'name': test['name'], 'sample_idx': 0, 'prompt': '', 'completion': ''}], problems, protected)
 
 
 # -- the plan ---------------------------------------------------------------------------------------------
@@ -290,9 +334,12 @@ def test_data_stop_exits_4_with_a_decision_and_a_report(reference, tmp_path):
     run = copy_run(reference, tmp_path/'run')
     p = ei(run, '--redo', '1:00_select', '--set', 'select.hi=0.01')
     assert p.returncode == 4, p.stderr[-2000:]
-    assert executed(p.stderr) == ['1:00_select', '1:06_report', 'final:06_report']
+    assert executed(p.stderr) == ['1:00_select', '1:05_stop_rule', '1:06_report', 'final:06_report']   # 05 writes the data stop's decision
     dec = json.loads((run/'round_01'/'decision.json').read_text())
     assert dec['stop'] and dec['reason'] == 'data' and 'no problem in the pass-rate band' in dec['detail']
+    assert dec['best_round'] == 0 and 'base model' in dec['best_note']   # no round has a score: best/ is the base
+    sj = json.loads((run/'round_01'/'stages'/'00_select.json').read_text())
+    assert sj['status'] == 'data_stop' and 'no problem in the pass-rate band' in sj['reason']
     assert json.loads((run/'round_01'/'stages'/'00_select.done').read_text())['status'] == 'data_stop'
     p = ei(run, '--set', 'select.hi=0.01')                           # a rerun reaches the same end without running anything
     assert p.returncode == 4 and executed(p.stderr) == []

@@ -61,7 +61,8 @@ def test_scores_passes_from_the_verifier(model_dir, valid_file, tmp_path, monkey
     "A verifier that passes sample 0 of the first two problems: S = 2, pass@1 and pass@n from the counts."
     first = [p['name'] for p in read_problems(valid_file)[:2]]
     fake = DelayVerifier(verdict_fn=lambda p, s: 'pass' if p['name'] in first and s['sample_idx'] == 0 else 'fail')
-    monkeypatch.setattr(E, 'open_verifier', lambda *a, **k: fake)
+    import ei_nb.sample_verify as SV                                 # the evaluation samples and verifies through the stage's one path
+    monkeypatch.setattr(SV, 'open_verifier', lambda *a, **k: fake)
     r = E.run_eval(valid_file, model_dir, tmp_path, n=4, max_new_tokens=8, verify_backend='repl', log=lambda *a: None)
     assert (r['solved'], r['n_problems']) == (2, 8)
     assert r['pass_at_k'] == pytest.approx({'1': 2 / 32, '4': 2 / 8})

@@ -32,14 +32,11 @@ def merged_weights(d):
 
 
 @pytest.fixture(scope='module')
-def tiny(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp('m') / 'tiny')
+def tiny(tiny_model_dir): return tiny_model_dir   # read-only: tests write elsewhere
 
 
 @pytest.fixture(scope='module')
-def tok(tiny):
-    from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(tiny)
+def tok(tiny_tokenizer): return tiny_tokenizer
 
 
 @pytest.fixture(scope='module')
@@ -183,7 +180,9 @@ def test_packing_trains_like_one_row_per_pass(tiny, rows24, tmp_path):
     a = train_lora(tiny, rows24, tmp_path / 'one', max_steps=3, save_every=0, **FAST)
     b = train_lora(tiny, rows24, tmp_path / 'packed', max_steps=3, save_every=0, pack_tokens=4096, **FAST)
     assert a['padding_fraction'] == b['padding_fraction'] == 0.0
-    assert b['history']['loss'] == pytest.approx(a['history']['loss'], rel=1e-5)
+    # float32 reductions differ with batch shape (and memory alignment): one full-suite run measured 1.7e-5 relative at
+    # step 2, so the losses are compared at 5e-5; the merged weights below are held to 1e-5 absolute
+    assert b['history']['loss'] == pytest.approx(a['history']['loss'], rel=5e-5)
     wa, wb = merged_weights(tmp_path / 'one'), merged_weights(tmp_path / 'packed')
     assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-5
 

@@ -592,3 +592,15 @@ class TestRealLean:
             r_honest = v.verify_one(prob, sample('t_plus', 1, fence(honest)))
         assert r_honest['verdict'] == 'pass', r_honest
         assert r_cheat['verdict'] == 'fail' and r_cheat['reason'].startswith('lean_statement'), r_cheat
+
+
+def test_server_endpoints_come_from_the_environment_when_not_given(monkeypatch):
+    "A stage notebook passes no endpoints: the `server` backend reads EI_LEAN_SERVER_ENDPOINTS (as configs/goedel8b_two_node.toml sets it)."
+    from ei_nb.verify import make_verifier
+    from ei_nb.core import BadInput
+    monkeypatch.delenv('EI_LEAN_SERVER_ENDPOINTS', raising=False)
+    with pytest.raises(BadInput, match='EI_LEAN_SERVER_ENDPOINTS'): make_verifier('server')
+    monkeypatch.setenv('EI_LEAN_SERVER_ENDPOINTS', 'http://127.0.0.1:1, http://127.0.0.1:2')
+    v = make_verifier('server')
+    try: assert v.backend.endpoints == ['http://127.0.0.1:1', 'http://127.0.0.1:2']
+    finally: v.close()

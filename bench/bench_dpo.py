@@ -1,0 +1,104 @@
+"""Benchmark of 02b_dpo against 02_sft on CPU: time and peak memory per row, same model, same rows.
+
+    OMP_NUM_THREADS=1 python bench/bench_dpo.py [--rows 48] [--hidden 64] [--layers 2] [--out FILE]
+
+Rows have the real proof-length distribution: the real chat prompt of a miniF2F problem and DeepSeek-Prover-V2's
+published solution as the completion (the SFT row, and the DPO winner). The DPO loser is the same solution with
+its last tactic line replaced (a wrong proof of about the same length). Each measurement runs in its own process:
+- `load`: load the model for training and tokenize, no step (the baseline of peak RSS);
+- `sft`: `train_lora` on the N winner rows, one epoch;
+- `dpo`: `train_dpo` on the N pairs, one epoch (reference log-probs with the adapter disabled, then training).
+Prints one JSON object (last line): seconds per row (SFT) and per pair (DPO), tokens/s, peak RSS and its rise over
+`load`, and the DPO/SFT ratios. The machine may be shared: compare CPU seconds (`*_cpu_s`), which move less.
+"""
+import argparse, json, resource, subprocess, sys, tempfile, time
+from pathlib import Path
+
+from ei_nb.core import iter_jsonl, read_problems, shared_data, write_records
+from ei_nb.prompts import render_prompt
+
+
+def solution_pairs(tok, n: int) -> list[dict]:
+    "Pairs: a published solution (winner) and the same solution with its last line made wrong (loser)."
+    problems = {p['name']: p for p in read_problems(shared_data('minif2f_dsp15.jsonl'))}
+    out = []
+    for i, (_, r) in enumerate(iter_jsonl(shared_data('deepseek_prover_v2_minif2f_solutions.jsonl'))):
+        if len(out) >= n: break
+        code = r['full_code'].rstrip()
+        wrong = code.rsplit('\n', 1)[0] + '\n  linarith'
+        out.append({'name': r['name'], 'sample_idx': 0, 'prompt': render_prompt(problems[r['name']], tok, 'chat'),
+                    'chosen': f'```lean4\n{code}\n```', 'rejected': f'```lean4\n{wrong}\n```', 'chosen_idx': 0,
+                    'rejected_idx': 1, 'band': 0, 'pass_rate': 0.5})
+    return out
+
+
+def child(mode: str, model: str, data: str, out: str, batch: int) -> dict:
+    "One measurement, in this process."
+    c0, w0, last = time.process_time(), time.perf_counter(), {}
+    mark = lambda step, loss: last.update(cpu_s=time.process_time() - c0)   # CPU seconds up to the last step (export excluded)
+    if mode == 'load':
+        import torch
+        from ei_nb.sft import load_for_training, load_tokenizer, tokenize_rows
+        from ei_nb.dpo import read_pairs, tokenize_pairs
+        load_for_training(model, torch.device('cpu'), lora_r=64, lora_alpha=128)
+        tokenize_pairs(read_pairs(data), load_tokenizer(model))
+        res = {}
+    elif mode == 'sft':
+        from ei_nb.dpo import read_pairs
+        from ei_nb.sft import train_lora
+        rows = [{'name': p['name'], 'sample_idx': 0, 'prompt': p['prompt'], 'completion': p['chosen']} for p in read_pairs(data)]
+        m = train_lora(model, rows, out, epochs=1, batch_tokens=batch, save_every=0, log_every=1000, on_step=mark)
+        res = {'rows': m['rows'], 'tokens': m['tokens'], 'train_s': m['train_s'], 'steps': m['steps']}
+    else:
+        from ei_nb.dpo import train_dpo
+        m = train_dpo(model, data, out, batch_pairs=8, save_every=0, log_every=1000, on_step=mark)
+        res = {'pairs': m['pairs'], 'tokens': m['tokens'], 'train_s': m['train_s'], 'reference_s': m['reference_s'], 'steps': m['steps']}
+    return res | {'cpu_s_to_last_step': last.get('cpu_s', time.process_time() - c0), 'wall_s': time.perf_counter() - w0, 'cpu_s': time.process_time() - c0,
+                  'peak_rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def run(mode, model, data, out, batch) -> dict:
+    r = subprocess.run([sys.executable, __file__, '--child', mode, '--model', model, '--data', data, '--out-dir', out,
+                        '--batch-tokens', str(batch)], capture_output=True, text=True)
+    if r.returncode: sys.exit(r.stderr[-3000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--rows', type=int, default=48); ap.add_argument('--hidden', type=int, default=64)
+    ap.add_argument('--layers', type=int, default=2); ap.add_argument('--out')
+    ap.add_argument('--child'); ap.add_argument('--model'); ap.add_argument('--data'); ap.add_argument('--out-dir')
+    ap.add_argument('--batch-tokens', type=int, default=0)
+    a = ap.parse_args()
+    if a.child: print(json.dumps(child(a.child, a.model, a.data, a.out_dir, a.batch_tokens))); return
+    from ei_nb.sft import load_tokenizer
+    from ei_nb.tiny import build_tiny_model
+    tmp = Path(tempfile.mkdtemp())
+    model = build_tiny_model(tmp / 'tiny', hidden_size=a.hidden, num_hidden_layers=a.layers, intermediate_size=2 * a.hidden)
+    tok = load_tokenizer(model)
+    pairs = solution_pairs(tok, a.rows)
+    write_records(tmp / 'pairs.jsonl', pairs)
+    chosen_tokens = [len(tok(p['prompt'] + p['chosen']).input_ids) for p in pairs]
+    batch = int(sum(chosen_tokens) / len(pairs) * 8)   # SFT steps of about 8 rows, like DPO steps of 8 pairs
+    res = {m: run(m, str(model), str(tmp / 'pairs.jsonl'), str(tmp / m), batch) for m in ('load', 'sft', 'dpo')}
+    sft, dpo, base = res['sft'], res['dpo'], res['load']['peak_rss_mb']
+    s_row = sft['train_s'] / sft['rows']
+    d_pair = (dpo['train_s'] + dpo['reference_s']) / dpo['pairs']
+    cpu_row = (sft['cpu_s_to_last_step'] - res['load']['cpu_s']) / sft['rows']
+    cpu_pair = (dpo['cpu_s_to_last_step'] - res['load']['cpu_s']) / dpo['pairs']
+    summary = {'model': {'hidden': a.hidden, 'layers': a.layers}, 'rows': len(pairs),
+               'mean_row_tokens': sum(chosen_tokens) / len(pairs),
+               'sft_s_per_row': s_row, 'dpo_s_per_pair': d_pair, 'dpo_reference_s_per_pair': dpo['reference_s'] / dpo['pairs'],
+               'time_ratio_dpo_pair_over_sft_row': d_pair / s_row,
+               'time_ratio_per_sequence': d_pair / 2 / s_row,
+               'sft_cpu_s_per_row': cpu_row, 'dpo_cpu_s_per_pair': cpu_pair, 'cpu_ratio_dpo_pair_over_sft_row': cpu_pair / cpu_row,
+               'sft_peak_rss_mb': sft['peak_rss_mb'], 'dpo_peak_rss_mb': dpo['peak_rss_mb'], 'load_peak_rss_mb': base,
+               'rss_rise_ratio_dpo_over_sft': (dpo['peak_rss_mb'] - base) / max(sft['peak_rss_mb'] - base, 1e-9),
+               'runs': res}
+    if a.out: Path(a.out).write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,373 @@
+#!/usr/bin/env python
+"""Mutation check of the code that decides the science: is every rule pinned by a test that would fail if it changed?
+
+Each mutant is one small, realistic edit of a notebook (the source of truth) or of the kernel's C source: a `<` that
+becomes `<=`, a default of 4 that becomes 5, a seed left out of a hash. For each mutant, ONE AT A TIME, in a
+temporary copy of the repository (never the working tree): apply the edit, `nbdev_export` the notebook, then run
+the checks that should catch it (the listed pytest targets first, they are quicker, then `nbdev_test` on the
+notebook), stopping at the first that fails. The mutant is `killed` when one fails, `SURVIVED` when all pass.
+
+    python tests/mutation_check.py                 # every mutant (slow: tens of minutes on 2 cores)
+    python tests/mutation_check.py --list          # the mutants, their checks, and whether each pattern is found
+    python tests/mutation_check.py --only stop-budget-off-by-one,keep-default-5
+    python tests/mutation_check.py --timeout 900   # seconds per mutant (default 600)
+
+Before the mutants it runs every selected check once on the unmutated copy (skip with --no-baseline): a check that
+already fails would "kill" every mutant and prove nothing. Exit status: 0 when every selected mutant was killed;
+1 when one survived, timed out, or its pattern is not found exactly once in its file (the notebook moved on:
+re-aim the mutant); 2 when a baseline check fails. Not part of CI (too slow); its table goes in the closing note.
+"""
+import argparse, json, os, shutil, signal, subprocess, sys, tempfile, time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NB = 'nb'   # in a mutant's checks: nbdev_test on the mutated notebook
+
+
+@dataclass
+class Mutant:
+    name: str       # short id, for --only
+    path: str       # file edited, relative to the repository root (a notebook, or the kernel's C source)
+    old: str        # text that must occur exactly once in the file's code cells
+    new: str        # its replacement
+    checks: tuple   # pytest targets ('tests/x.py::test_y' or 'tests/x.py -k EXPR'), and NB for nbdev_test
+    what: str       # the science it breaks
+
+
+def M(name, path, old, new, what, *checks): return Mutant(name, path, old, new, tuple(checks), what)
+
+
+STOP, SEL, EVAL, REP, SFT, AVG, VER, MRK = ('nbs/05_stop_rule.ipynb', 'nbs/00_select.ipynb', 'nbs/04_eval.ipynb',
+    'nbs/06_report.ipynb', 'nbs/02_sft.ipynb', 'nbs/03_average.ipynb', 'nbs/01a_verify.ipynb', 'nbs/markers.ipynb')
+F = 'tests/test_foundation.py::'
+PIN = 'tests/test_science_pins.py::'
+STOP_T = (F + 'test_stop_rule_against_reference', F + 'test_stop_cli')
+SEL_T = (F + 'test_select_band_and_protected', F + 'test_select_unchecked_never_counts_and_unmeasured',
+         F + 'test_select_caps_are_deterministic')
+PASSK_T = (F + 'test_stats', PIN + 'test_stats_pass_at_k_between_1_and_n')
+MCN_T = (F + 'test_mcnemar_p_against_brute_force', F + 'test_mcnemar_table_against_brute_force', F + 'test_mcnemar_cli',
+         F + 'test_power_is_sane', PIN + 'test_mcnemar_power_by_enumeration')
+KEEP_T = (PIN + 'test_build_sft_rows_default_keeps_the_four_shortest_distinct_proofs', PIN + 'test_sft_data_cli_default_cap_is_four',
+          PIN + 'test_row_of_exactly_max_tokens_is_kept',
+          'tests/test_sft.py::test_keep_rules_invariants', 'tests/test_sft.py::test_protected_by_name_and_by_statement')
+MASK_T = (PIN + 'test_loss_mask_is_the_completion_of_each_packed_row', PIN + 'test_completion_loss_is_the_cross_entropy_of_completion_tokens')
+AVG_T = ('tests/test_average.py -k "test_bit_exact and 0.7 and BF16 or test_weights_zero_and_one or test_kernels_and_io"',)
+PRE_T = ('tests/test_verify.py -k "precheck or dsv2 or judge"',)
+CHAIN_T = (PIN + 'test_chain_hash_changes_with_each_stage_seed',)
+EXIT_T = (PIN + 'test_exit_codes_of_the_cli_contract', F + 'test_console_script_exit_codes', 'tests/test_sft.py::test_sft_data_cli_exit_codes')
+
+MUTANTS = [
+    # ---- the stop rule (05_stop_rule)
+    M('stop-regress-strict', STOP, 'scores[-1] <= max(scores[:-1]) - regress', 'scores[-1] < max(scores[:-1]) - regress',
+      'a drop of exactly `regress` problems no longer stops', *STOP_T, NB),
+    M('stop-plateau-one-round', STOP, '_gain(scores, r) < plateau_gain and _gain(scores, r-1) < plateau_gain',
+      '_gain(scores, r) < plateau_gain', 'one small gain stops (the rule needs two in a row)', *STOP_T, NB),
+    M('stop-plateau-le', STOP, '_gain(scores, r) < plateau_gain and', '_gain(scores, r) <= plateau_gain and',
+      'a gain of exactly plateau_gain counts as a plateau', *STOP_T, NB),
+    M('stop-budget-off-by-one', STOP, 'if r >= rounds:', 'if r > rounds:', 'one round more than the budget', *STOP_T, NB),
+    M('stop-best-latest', STOP, 'return scores.index(max(scores)) + 1', 'return len(scores) - scores[::-1].index(max(scores))',
+      'the latest, not the earliest, best round is kept', *STOP_T, NB),
+    M('stop-gain-vs-previous', STOP, 'return scores[r-1] - max(scores[:r-1])', 'return scores[r-1] - scores[r-2]',
+      'gain measured against the previous round, not the best earlier one', *STOP_T, NB),
+    M('data-stop-min-rows', STOP, 'n_sft_rows < min_rows', 'n_sft_rows <= min_rows', 'exactly min_rows SFT rows stops',
+      PIN + 'test_data_stop_edges', NB),
+    M('data-stop-mixed', STOP, 'if n_mixed == 0: return', 'if n_mixed < 0: return',
+      'a round with no problem both passed and failed goes on', PIN + 'test_data_stop_edges', NB),
+    # ---- selection (00_select; pass rates from 04_eval's problem_counts)
+    M('select-lo-inclusive', SEL, '(measured.pass_rate > lo) & (measured.pass_rate <= hi)',
+      '(measured.pass_rate >= lo) & (measured.pass_rate <= hi)', 'p = lo (unsolved) problems enter the band', *SEL_T, NB),
+    M('select-hi-exclusive', SEL, '(measured.pass_rate > lo) & (measured.pass_rate <= hi)',
+      '(measured.pass_rate > lo) & (measured.pass_rate < hi)', 'p = hi problems leave the band', *SEL_T, NB),
+    M('select-zero-ignores-flag', SEL, '.head(max_zero if include_zero else 0)', '.head(max_zero)',
+      'p = 0 problems taken although include_zero is off', *SEL_T, NB),
+    M('select-decontam-name-only', SEL,
+      "def hit(p): return p['name'] in names or ((candidates is None or p['name'] in candidates) and statement_key(p['formal_statement']) in keys)",
+      "def hit(p): return p['name'] in names", 'a protected statement under another name is trained on', *SEL_T, NB),
+    M('select-cap-by-name', SEL, "chosen = pd.concat([in_band, zero]).sort_values('rank')",
+      "chosen = pd.concat([in_band, zero]).sort_values('name')", 'the cap keeps the alphabetically first, not a seeded sample',
+      *SEL_T, NB),
+    M('select-rank-ignores-seed', SEL, "f'{seed}:{name}'", "f'0:{name}'", 'the sub-sample no longer depends on the seed',
+      *SEL_T, NB),
+    M('passrate-error-is-pass', EVAL, "verdicts['verdict'].eq('pass')", "verdicts['verdict'].ne('fail')",
+      'an error verdict counts as a pass', *PASSK_T, *SEL_T, NB),
+    # ---- pass@k and solved@n (04_eval)
+    M('passk-range', EVAL, 'np.arange(n - c + 1, n + 1)', 'np.arange(n - c, n + 1)', 'pass@k product over one term too many',
+      *PASSK_T, NB),
+    M('passk-closed-le', EVAL, 'if n - c < k: return 1.0', 'if n - c <= k: return 1.0', 'pass@k = 1 when n - c = k', *PASSK_T, NB),
+    M('passk-array-open', EVAL, 'open_ = n - c >= k', 'open_ = n - c > k', 'vectorised pass@k = 1 when n - c = k', *PASSK_T, NB),
+    M('passk-array-log', EVAL, 'np.log1p(-k / np.arange(k + 1, len(L)))', 'np.log1p(-k / np.arange(k, len(L) - 1))',
+      'vectorised pass@k off by one in its log table', *PASSK_T, NB),
+    M('solved-needs-two', EVAL, "'solved': int((counts['c'] > 0).sum())", "'solved': int((counts['c'] > 1).sum())",
+      'solved@n needs two passes', *PASSK_T, NB),
+    # ---- McNemar (06_report)
+    M('mcnemar-one-sided', REP, '2 * binom.cdf(min(b, c), b + c, 0.5)', 'binom.cdf(min(b, c), b + c, 0.5)',
+      'one-sided p-value reported as two-sided', *MCN_T, NB),
+    M('mcnemar-max', REP, 'binom.cdf(min(b, c), b + c, 0.5)', 'binom.cdf(max(b, c), b + c, 0.5)', 'tail on the wrong side',
+      *MCN_T, NB),
+    M('mcnemar-swap-bc', REP, 'b, c = int((a & ~b_).sum()), int((~a & b_).sum())', 'c, b = int((a & ~b_).sum()), int((~a & b_).sum())',
+      'losses counted as wins', *MCN_T, NB),
+    M('mcnemar-net-sign', REP, "'net': c - b", "'net': b - c", 'the net gain has the wrong sign', *MCN_T, NB),
+    M('mcnemar-no-discordant', REP, 'if b + c == 0: return 1.0', 'if b + c == 0: return 0.0',
+      'no discordant pair reads as significant', *MCN_T, NB),
+    M('power-alpha-strict', REP, '<= alpha])', '< alpha])', 'power counts rejections at p < alpha only', *MCN_T, NB),
+    # ---- keep rules and loss masking (02_sft)
+    M('keep-default-5', SFT, 'max_per_problem:int=4, # distinct proofs kept per problem at most',
+      'max_per_problem:int=5, # distinct proofs kept per problem at most', 'build_sft_rows keeps 5 proofs by default', *KEEP_T, NB),
+    M('keep-cli-default-5', SFT, "p.add_argument('--max-per-problem', type=positive_int, default=4)",
+      "p.add_argument('--max-per-problem', type=positive_int, default=5)", '`ei sft-data` keeps 5 proofs by default', *KEEP_T, NB),
+    M('keep-longest-first', SFT, "(lambda sv: (sv[0]['n_tokens'], sv[0]['sample_idx']))",
+      "(lambda sv: (-sv[0]['n_tokens'], sv[0]['sample_idx']))", 'longest completion first', *KEEP_T, NB),
+    M('keep-cap-off-by-one', SFT, 'elif kept >= max_per_problem:', 'elif kept > max_per_problem:', 'one proof over the cap',
+      *KEEP_T, NB),
+    M('keep-duplicates', SFT, "if key in seen: status = 'duplicate'", "if False: status = 'duplicate'",
+      'the same proof kept twice', *KEEP_T, NB),
+    M('keep-all-solved', SFT, "solved_all = len(ps) == n[p['name']]", 'solved_all = False', 'problems solved n/n are trained on',
+      *KEEP_T, NB),
+    M('keep-too-long-inclusive', SFT, "elif lengths[s['sample_idx']] > max_tokens:", "elif lengths[s['sample_idx']] >= max_tokens:",
+      'a row of exactly max_tokens is dropped', *KEEP_T, NB),
+    M('keep-protected', SFT, "if is_protected(p, index): st['dropped_protected'] += 1; continue",
+      "if False: st['dropped_protected'] += 1; continue", 'protected problems are trained on', *KEEP_T, NB),
+    M('mask-includes-prompt', SFT, "mask = [j >= examples[i]['n_prompt'] for", 'mask = [j >= 0 for',
+      'the loss includes the prompt', *MASK_T, NB),
+    M('mask-off-by-one', SFT, "mask = [j >= examples[i]['n_prompt'] for", "mask = [j > examples[i]['n_prompt'] for",
+      'the first completion token is not learned', *MASK_T, NB),
+    M('loss-shift', SFT, 'm = target_mask[:, 1:]', 'm = target_mask[:, :-1]', 'the loss predicts the wrong positions', *MASK_T, NB),
+    # ---- averaging (03_average, and the kernel's C source)
+    M('avg-weights-swapped', AVG, 'nbytes // ITEMSIZE[dtype], 1.0 - self.w, self.w, stats)',
+      'nbytes // ITEMSIZE[dtype], self.w, 1.0 - self.w, stats)', 'ft_weight applied to the anchor', *AVG_T, NB),
+    M('avg-copy-modes-swapped', AVG, '(1 if self.w == 0 else 2 if self.w == 1 else 0)', '(2 if self.w == 0 else 1 if self.w == 1 else 0)',
+      'weight 0 copies the fine-tuned model, 1 the anchor', *AVG_T, NB),
+    M('avg-weight-range', AVG, 'if not 0 <= w <= 1:', 'if not 0 <= w <= 2:', 'ft_weight > 1 accepted (extrapolation)',
+      'tests/test_average.py::test_refuses_bad_arguments', NB),
+    M('round-no-ties-to-even', AVG, 't = np.minimum((t + U((1 << (52 - M - 1)) - 1) + ((t >> s) & U(1))) >> s,',
+      't = np.minimum((t + U((1 << (52 - M - 1)) - 1)) >> s,', 'numpy rounding breaks ties downwards',
+      'tests/test_average.py -k "test_kernels_and_io and numpy"', NB),
+    M('kernel-no-ties-to-even', 'ei_nb/kernels/average.c', 't = (t + ((1ULL << (s - 1)) - 1) + ((t >> s) & 1)) >> s;',
+      't = (t + ((1ULL << (s - 1)) - 1)) >> s;', 'the C kernel breaks ties downwards',
+      'tests/test_average.py::test_portable_c_kernel_is_exact', 'tests/test_average.py -k "test_bit_exact and 0.7 and F16"'),
+    M('kernel-fp-contract', 'nbs/03b_average_kernel.ipynb', "_BASE = ['-O3', '-ffp-contract=off', ", "_BASE = ['-O3', ",
+      'the compiler may fuse multiply-adds (one rounding skipped)', 'tests/test_average.py -k "test_bit_exact and 0.7"'),
+    # ---- pre-check rules and the verdict (01a_verify)
+    M('precheck-skips-statement', VER, "if rule == 'statement':", "if rule == 'statement' and False:",
+      'a proof of another statement reaches Lean', *PRE_T, NB),
+    M('precheck-hash-print-only', VER, "for m in _HASH.finditer(clean)]",
+      "for m in _HASH.finditer(clean) if m.group() in _KEYWORDS or m.group().startswith('#print')]",
+      '#guard_msgs and other #commands pass the pre-check', *PRE_T, NB),
+    M('statement-prefix-only', VER, 'if norm.startswith(stmt, i): return None',
+      'if norm.startswith(stmt[:len(stmt) // 2], i): return None', 'a changed statement tail is accepted', *PRE_T, NB),
+    M('judge-one-sorry-ok', VER, "if sorries: return 'fail'", "if len(sorries) > 1: return 'fail'", 'one sorry passes', *PRE_T, NB),
+    M('judge-fake-report', VER, "if len(mine) > 1: return 'fail'", "if len(mine) > 2: return 'fail'",
+      'a faked second axiom report passes', PIN + 'test_judge_fails_when_two_axiom_reports_sit_at_the_appended_line', *PRE_T, NB),
+    M('judge-any-axiom', VER, 'if a not in allowed_axioms(policy or DEFAULT_POLICY)]', "if a == 'sorryAx']",
+      'non-standard axioms pass', *PRE_T, NB),
+    # ---- the chain hash (markers)
+    M('chain-ignores-seed', MRK, '{k: v for k, v in params.items() if k not in VOLATILE}',
+      "{k: v for k, v in params.items() if k not in VOLATILE | {'seed'}}", 'a reseeded stage is skipped as finished',
+      *CHAIN_T, NB),
+    M('chain-ignores-prev', MRK, "'inputs': inputs, 'prev': prev})", "'inputs': inputs})",
+      'a rerun earlier stage does not invalidate later ones', *CHAIN_T, NB),
+    M('chain-ignores-inputs', MRK, "'inputs': inputs, 'prev': prev})", "'prev': prev})",
+      'a changed input file does not change the chain', *CHAIN_T, NB),
+    # ---- exit codes (core, cli)
+    M('exit-stagefailed-2', 'nbs/core.ipynb', 'finished stage (exit 3)."\n    exit_code = 3', 'finished stage (exit 3)."\n    exit_code = 2',
+      'a failed stage exits 2', *EXIT_T, NB),
+    M('exit-datastop-3', 'nbs/core.ipynb', 'data rule (exit 4)."\n    exit_code = 4', 'data rule (exit 4)."\n    exit_code = 3',
+      'a data stop exits 3', *EXIT_T, NB),
+    M('exit-badinput-1', 'nbs/core.ipynb', 'used as given (exit 2)."\n    exit_code = 2', 'used as given (exit 2)."\n    exit_code = 1',
+      'bad input exits 1', *EXIT_T, NB),
+    M('exit-main-returns-1', 'nbs/cli.ipynb', "say(f'ei {argv[0]}: error: {e}'); return e.exit_code",
+      "say(f'ei {argv[0]}: error: {e}'); return 1", 'every error exits 1', *EXIT_T, NB),
+    M('exit-interrupt-130', 'nbs/cli.ipynb', "say(f'ei {argv[0]}: interrupted'); return 143",
+      "say(f'ei {argv[0]}: interrupted'); return 130", 'a SIGTERM exits 130, not 143', *EXIT_T, NB),
+]
+
+
+# ---------------------------------------------------------------- editing a file's code
+
+def _code_cells(nb:dict) -> list:
+    return [c for c in nb['cells'] if c['cell_type'] == 'code']
+
+
+def _text(c) -> str: return ''.join(c['source']) if isinstance(c['source'], list) else c['source']
+
+
+def occurrences(path:Path, old:str) -> int:
+    "How often `old` occurs in the code cells of a notebook (or in a plain file)."
+    if path.suffix != '.ipynb': return path.read_text().count(old)
+    return sum(_text(c).count(old) for c in _code_cells(json.loads(path.read_text())))
+
+
+def apply(path:Path, old:str, new:str):
+    "Replace the one occurrence of `old` in `path` (in its code cells, for a notebook) by `new`."
+    if path.suffix != '.ipynb': path.write_text(path.read_text().replace(old, new)); return
+    nb = json.loads(path.read_text())
+    for c in _code_cells(nb):
+        if old in (s := _text(c)): c['source'] = s.replace(old, new).splitlines(keepends=True)
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + '\n')
+
+
+def pattern_problem(m:Mutant, root:Path) -> str|None:
+    p = root / m.path
+    if not p.exists(): return f'{m.path} does not exist'
+    if (k := occurrences(p, m.old)) != 1: return f'pattern found {k} times in {m.path} (expected once): re-aim the mutant'
+    return None
+
+
+# ---------------------------------------------------------------- a copy of the repository to mutate
+
+def copy_repo(dest:Path) -> Path:
+    "The working tree's files (tracked, and untracked but not ignored) copied under `dest/repo`."
+    files = subprocess.run(['git', 'ls-files', '-co', '--exclude-standard', '-z'], cwd=ROOT, capture_output=True,
+                           check=True).stdout.decode().split('\0')
+    repo = dest / 'repo'
+    for f in filter(None, files):
+        src = ROOT / f
+        if src.is_file():
+            (repo / f).parent.mkdir(parents=True, exist_ok=True); shutil.copy2(src, repo / f)
+    return repo
+
+
+def environment(repo:Path, work:Path) -> dict:
+    sys.path.insert(0, str(ROOT))
+    from ei_nb.core import shared_data
+    env = dict(os.environ, PYTHONPATH=str(repo), OMP_NUM_THREADS='1', TOKENIZERS_PARALLELISM='false', MPLBACKEND='Agg',
+               PYTHONDONTWRITEBYTECODE='1', EI_SHARED_DATA=str(shared_data()), EI_CACHE=str(work / 'cache'))
+    env.pop('EI_AVERAGE_KERNEL', None)
+    return env
+
+
+def restore(repo:Path, pristine:Path, m:Mutant):
+    shutil.copy2(pristine / m.path, repo / m.path)
+    shutil.rmtree(repo / 'ei_nb'); shutil.copytree(pristine / 'ei_nb', repo / 'ei_nb')
+
+
+def run(cmd:list, repo:Path, env:dict, deadline:float) -> tuple[str, str]:
+    "('pass' | 'fail' | 'timeout', last lines of output) of `cmd` run in `repo` before `deadline`."
+    left = deadline - time.time()
+    if left <= 0: return 'timeout', ''
+    p = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try: out, _ = p.communicate(timeout=left)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL); p.communicate(); return 'timeout', ''
+    tail = '\n'.join(out.decode(errors='replace').strip().splitlines()[-8:])
+    return ('pass' if p.returncode == 0 else 'fail'), tail
+
+
+def commands(m:Mutant) -> list[tuple[str, list]]:
+    "The checks of `m` as commands, in order: plain pytest node ids batched into one run (one start-up), a `-k` target alone."
+    import shlex
+    out, batch = [], []
+    def flush():
+        if batch: out.append((' '.join(batch), [sys.executable, '-m', 'pytest', '-x', '-q', '-p', 'no:cacheprovider', *batch]))
+        batch.clear()
+    for check in m.checks:
+        if check == NB: flush(); out.append((f'nbdev_test {m.path}', ['nbdev_test', '--path', m.path, '--n_workers', '1']))
+        elif ' ' in check: flush(); out.append((check, [sys.executable, '-m', 'pytest', '-x', '-q', '-p', 'no:cacheprovider', *shlex.split(check)]))
+        else: batch.append(check)
+    flush()
+    return out
+
+
+def export(m:Mutant, repo:Path, env:dict, deadline:float) -> tuple[str, str]:
+    if not m.path.endswith('.ipynb'): return 'pass', ''
+    return run(['nbdev_export', '--path', m.path], repo, env, deadline)
+
+
+def _by(label:str, tail:str) -> str:
+    "Which check failed: the notebook, or the first failing pytest node named in pytest's summary."
+    import re
+    if label.startswith('nbdev_test'): return label
+    return (m.group(1) if (m := re.search(r'FAILED (\S+)', tail)) else label).split(' - ')[0]
+
+
+def try_mutant(m:Mutant, repo:Path, pristine:Path, env:dict, timeout:float) -> dict:
+    t0 = time.time(); deadline = t0 + timeout
+    restore(repo, pristine, m)
+    apply(repo / m.path, m.old, m.new)
+    res = {'name': m.name, 'path': m.path, 'what': m.what}
+    st, tail = export(m, repo, env, deadline)
+    if st != 'pass': return res | {'result': 'killed' if st == 'fail' else 'timeout', 'by': 'nbdev_export', 'tail': tail,
+                                   'seconds': round(time.time() - t0, 1)}
+    for label, cmd in commands(m):
+        st, tail = run(cmd, repo, env, deadline)
+        if st != 'pass':
+            restore(repo, pristine, m)
+            return res | {'result': 'killed' if st == 'fail' else 'timeout', 'by': _by(label, tail),
+                          'tail': tail, 'seconds': round(time.time() - t0, 1)}
+    restore(repo, pristine, m)
+    return res | {'result': 'SURVIVED', 'by': '', 'tail': '', 'seconds': round(time.time() - t0, 1)}
+
+
+def baseline(mutants:list, repo:Path, env:dict, timeout:float) -> list:
+    "The selected checks run once on the unmutated copy; the ones that do not pass."
+    seen, bad = set(), []
+    for m in mutants:
+        for label, cmd in commands(m):
+            if label in seen: continue
+            seen.add(label)
+            st, tail = run(cmd, repo, env, time.time() + timeout)
+            print(f'  baseline {st:<7} {label}', flush=True)
+            if st != 'pass': bad.append((label, st, tail))
+    return bad
+
+
+# ---------------------------------------------------------------- the command
+
+def select(only:str|None) -> list:
+    if not only: return MUTANTS
+    names = [n.strip() for n in only.split(',') if n.strip()]
+    unknown = sorted(set(names) - {m.name for m in MUTANTS})
+    if unknown: sys.exit(f'mutation_check: unknown mutant(s) {", ".join(unknown)}: see --list')
+    return [m for m in MUTANTS if m.name in names]
+
+
+def table(results:list) -> str:
+    rows = ['| mutant | file | result | caught by | s |', '|---|---|---|---|---|']
+    rows += [f"| {r['name']} | {r['path']} | {r['result']} | {r.get('by', '')} | {r.get('seconds', '')} |" for r in results]
+    return '\n'.join(rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--list', action='store_true', help='list the mutants, their checks and whether each pattern is found')
+    ap.add_argument('--only', help='comma-separated mutant names')
+    ap.add_argument('--timeout', type=float, default=600, help='seconds per mutant, export and checks together (default 600)')
+    ap.add_argument('--no-baseline', action='store_true', help='skip running the checks on the unmutated copy first')
+    ap.add_argument('--json', help='also write the results as JSON to this file')
+    a = ap.parse_args(argv)
+    mutants = select(a.only)
+    problems = {m.name: pattern_problem(m, ROOT) for m in mutants}
+    if a.list:
+        for m in mutants:
+            print(f'{m.name:<28} {m.path:<30} {problems[m.name] or "pattern ok"}\n    {m.what}\n    checks: '
+                  + ', '.join(c if c != NB else 'nbdev_test' for c in m.checks))
+        print(f'{len(mutants)} mutants, {sum(1 for p in problems.values() if p)} with a pattern problem')
+        return 1 if any(problems.values()) else 0
+    results = [{'name': n, 'path': next(m.path for m in mutants if m.name == n), 'result': 'NOT FOUND', 'by': p}
+               for n, p in problems.items() if p]
+    todo = [m for m in mutants if not problems[m.name]]
+    with tempfile.TemporaryDirectory(prefix='ei_mutation_') as tmp:
+        work = Path(tmp)
+        repo = copy_repo(work)
+        pristine = work / 'pristine'; shutil.copytree(repo, pristine, ignore=shutil.ignore_patterns('runs', '.git'))
+        env = environment(repo, work)
+        print(f'mutation_check: {len(todo)} mutant(s) in a copy at {repo}', flush=True)
+        if not a.no_baseline and (bad := baseline(todo, repo, env, a.timeout)):
+            for label, st, tail in bad: print(f'baseline check {label}: {st}\n{tail}')
+            print('mutation_check: a check fails without any mutant: fix it first (or --no-baseline to see anyway)')
+            return 2
+        for m in todo:
+            r = try_mutant(m, repo, pristine, env, a.timeout)
+            print(f"  {r['result']:<8} {m.name:<28} {r['by']} ({r['seconds']} s)", flush=True)
+            results.append(r)
+    print('\n' + table(results))
+    killed = sum(r['result'] == 'killed' for r in results)
+    others = ', '.join(f'{k}: {n}' for k in ('SURVIVED', 'timeout', 'NOT FOUND') if (n := sum(r['result'] == k for r in results)))
+    print(f'\n{killed} of {len(results)} mutants killed; {others or "none survived"}')
+    if a.json: Path(a.json).write_text(json.dumps(results, indent=2) + '\n')
+    return 0 if killed == len(results) else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())

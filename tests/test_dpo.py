@@ -1,0 +1,247 @@
+"""02b_dpo across files, processes and a peer implementation: pairs from verdicts written by the real verifier
+(fake Lean), protected problems, curriculum order, the loss against trl's DPOTrainer, the adapter-disabled
+reference against a separately loaded base model, a SIGKILL mid-training and resume, and the export round trip.
+Tiny models built in code, no downloads."""
+import json, os, random, signal, subprocess, sys, time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from ei_nb.core import DataStop, read_problems, read_samples, read_verdicts, shared_data, write_records
+from ei_nb.dpo import (assign_bands, build_pairs, curriculum, demo_dpo_inputs, dpo_data_cli, dpo_loss, is_lean_failure,
+                       reference_logps, sequence_logp, tokenize_pairs, train_dpo)
+from ei_nb.sft import build_sft_rows, load_for_training, read_protected
+
+ENV = dict(os.environ, OMP_NUM_THREADS='1', TOKENIZERS_PARALLELISM='false')
+FAKE = str(Path(__file__).with_name('fake_repl.py'))
+
+
+@pytest.fixture(scope='module')
+def tiny(tiny_model_dir): return tiny_model_dir   # read-only: tests write elsewhere
+
+
+@pytest.fixture(scope='module')
+def tok(tiny_tokenizer): return tiny_tokenizer
+
+
+@pytest.fixture(scope='module')
+def records(tmp_path_factory, tok):
+    paths = demo_dpo_inputs(tmp_path_factory.mktemp('round'), tok, n_problems=24)
+    return read_problems(paths['problems']), read_samples(paths['samples']), read_verdicts(paths['verdicts'])
+
+
+@pytest.fixture(scope='module')
+def ordered(records, tok):
+    return curriculum(build_pairs(*records, tok, 1, pairs_per_problem=2)[0], 3)
+
+
+def perturbed_lora(tiny, seed=0):
+    "A fresh LoRA model whose adapter changes the outputs (B is zero at init)."
+    model, *_ = load_for_training(tiny, torch.device('cpu'), lora_r=4, lora_alpha=8)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if 'lora_B' in n and '.default' in n: p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    return model
+
+
+# ---------------------------------------------------------------- pairs
+def test_pairs_invariants(records, tok):
+    problems, samples, verdicts = records
+    pairs, st = build_pairs(problems, samples, verdicts, tok, 1, pairs_per_problem=3)
+    by_key = {(v['name'], v['sample_idx']): v for v in verdicts}
+    kept = {(r['name'], r['sample_idx']) for r in build_sft_rows(problems, samples, verdicts, tok, 1)[0]}
+    assert pairs and st['pairs'] == len(pairs)
+    assert all(is_lean_failure(by_key[p['name'], p['rejected_idx']]) for p in pairs)
+    assert all(by_key[p['name'], p['rejected_idx']]['reason'].startswith('lean error: ') for p in pairs)
+    assert {(p['name'], p['chosen_idx']) for p in pairs} <= kept            # winners are SFT's kept proofs
+    assert max(Counter(p['name'] for p in pairs).values()) == 3
+    assert len({(p['name'], p['chosen_idx'], p['rejected_idx']) for p in pairs}) == len(pairs)
+    assert st['excluded_fails'].get('sorry', 0) > 0                          # the pre-check cheats were there, and left out
+    assert all(p['chosen'] != p['rejected'] for p in pairs)
+
+
+def test_pairs_deterministic_across_runs_and_input_order(records, tok):
+    a = build_pairs(*records, tok, 1, pairs_per_problem=2, seed=5)[0]
+    assert build_pairs(*records, tok, 1, pairs_per_problem=2, seed=5)[0] == a
+    rng = random.Random(0)
+    shuffled = [rng.sample(x, len(x)) for x in records]
+    assert build_pairs(*shuffled, tok, 1, pairs_per_problem=2, seed=5)[0] == a
+    others = [build_pairs(*records, tok, 1, pairs_per_problem=2, seed=s)[0] for s in range(6)]
+    assert any(o != a for o in others)                                       # the seed does choose
+
+
+def test_protected_problems_never_pair(records, tok, tmp_path):
+    problems, samples, verdicts = records
+    names = sorted({p['name'] for p in build_pairs(*records, tok, 1)[0]})
+    by_stmt = next(p for p in problems if p['name'] == names[1])
+    path = tmp_path / 'protected.jsonl'
+    write_records(path, [{'name': names[0]}, {'name': 'renamed_elsewhere', 'formal_statement': by_stmt['formal_statement']}])
+    pairs, st = build_pairs(*records, tok, 1, protected=read_protected([path, shared_data('minif2f_test_goedel_v2.jsonl')]))
+    assert not {names[0], names[1]} & {p['name'] for p in pairs} and st['dropped_protected'] == 2
+
+
+def test_verdicts_of_the_real_verifier(tok, tmp_path):
+    """Verdicts written by `ei_nb.verify` (plain `lean` backend, fake Lean): only Lean's error rejections are losers;
+    Lean-caught sorries and axioms, pre-check cheats, timeouts and no-code samples never are."""
+    from ei_nb.verify import make_verifier
+    (tmp_path / 'lean-toolchain').write_text('leanprover/lean4:v4.9.0-rc1\n')
+    few = {r['name']: r for r in map(json.loads, open(shared_data('minif2f_valid_few_shot_dsp15.jsonl')))}
+    prob = next(p for p in read_problems(shared_data('minif2f_dsp15.jsonl')) if p['name'] == 'mathd_algebra_182')
+    good = prob['header'] + few[prob['name']]['formal_statement'] + few[prob['name']]['formal_proof']
+    fence = lambda code: f'The proof.\n\n```lean4\n{code}\n```\n'
+    texts = [fence(good), fence(good + '\n  -- second'), fence(good + '  -- FAKE:error'), fence(good + '  -- FAKE:sorry'),
+             fence(good + '  -- FAKE:axiom=sorryAx'), fence(good + '  -- FAKE:hang'),
+             fence(prob['header'] + prob['formal_statement'] + '  sorry'), 'no code here',
+             fence(good + '\n  -- another try  -- FAKE:error')]
+    samples = [{'name': prob['name'], 'sample_idx': i, 'round': 1, 'completion': t, 'n_tokens': len(t) // 3, 'capped': False}
+               for i, t in enumerate(texts)]
+    v = make_verifier('lean', project=tmp_path, timeout=1, mem_mb=256, lean_cmd=[sys.executable, FAKE, '--lean'])
+    with v: verdicts = [v.verify_one(prob, s) for s in samples]
+    assert [x['verdict'] for x in verdicts] == ['pass', 'pass', 'fail', 'fail', 'fail', 'error', 'fail', 'no_code', 'fail']
+    pairs, st = build_pairs([prob], samples, verdicts, tok, 1, pairs_per_problem=10)
+    assert {p['rejected_idx'] for p in pairs} == {2, 8} and {p['chosen_idx'] for p in pairs} == {0, 1} and len(pairs) == 4
+    assert st['excluded_fails'] == {'lean sorry': 1, 'axioms': 1, 'sorry': 1}
+
+
+def test_no_loser_is_a_data_stop(records, tok, tiny, tmp_path):
+    problems, samples, verdicts = records
+    only_cheats = [dict(v, reason='sorry: x') if is_lean_failure(v) else v for v in verdicts]
+    assert build_pairs(problems, samples, only_cheats, tok, 1)[0] == []
+    for name, rows in (('problems', problems), ('samples', samples), ('verdicts', only_cheats)):
+        write_records(tmp_path / f'{name}.jsonl', rows)
+    with pytest.raises(DataStop):
+        dpo_data_cli(['--problems', str(tmp_path / 'problems.jsonl'), '--samples', str(tmp_path / 'samples.jsonl'),
+                      '--verdicts', str(tmp_path / 'verdicts.jsonl'), '--tokenizer', str(tiny), '--out', str(tmp_path / 'p.jsonl')])
+    assert not (tmp_path / 'p.jsonl').exists()
+
+
+# ---------------------------------------------------------------- curriculum
+def test_curriculum_order(ordered):
+    rates = {f'p{i}': i / 8 for i in range(9)}
+    bands = assign_bands(rates, 3)
+    assert [bands[f'p{i}'] for i in range(8, -1, -1)] == [0, 0, 0, 1, 1, 1, 2, 2, 2]   # easy (high pass rate) first
+    assert len(set(assign_bands({**rates, 'q': 4 / 8}, 3)[n] for n in ('p4', 'q'))) == 1   # a pass rate is never split
+    assert [p['band'] for p in ordered] == sorted(p['band'] for p in ordered) and len({p['band'] for p in ordered}) > 1
+    band_rates = {}
+    for p in ordered: band_rates.setdefault(p['band'], set()).add(p['pass_rate'])
+    assert all(min(band_rates[b]) > max(band_rates[b + 1]) for b in sorted(band_rates)[:-1])
+
+
+# ---------------------------------------------------------------- the objective against a peer
+def test_loss_equals_trl_dpo_trainer(tiny, tok, ordered, tmp_path):
+    """trl's DPOTrainer.compute_loss (its own log-probs, its reference = the adapter as it was at construction, i.e.
+    the base) on the same token batch equals ours within 1e-5."""
+    from datasets import Dataset
+    from trl import DPOConfig, DPOTrainer
+    pairs = ordered[::5][:4]
+    model, *_ = load_for_training(tiny, torch.device('cpu'), lora_r=4, lora_alpha=8)
+    ds = Dataset.from_list([{k: p[k] for k in ('prompt', 'chosen', 'rejected')} for p in pairs])
+    args = DPOConfig(output_dir=str(tmp_path / 'trl'), beta=0.1, report_to=[], use_cpu=True, max_length=None)
+    trainer = DPOTrainer(model=model, args=args, train_dataset=ds, processing_class=tok)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():   # move the policy away from the reference after trl took its copy
+        for n, p in model.named_parameters():
+            if 'lora_B' in n and '.default' in n: p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    chosen, rejected = tokenize_pairs(pairs, tok)
+    ref = reference_logps(model, chosen, rejected)
+    with torch.no_grad():
+        pc = torch.stack([sequence_logp(model, e) for e in chosen]); pr = torch.stack([sequence_logp(model, e) for e in rejected])
+        ours = dpo_loss(pc, pr, torch.tensor(ref['chosen']), torch.tensor(ref['rejected']), 0.1)[0].mean().item()
+        width = max(len(e['ids']) for e in chosen + rejected)
+        ids = torch.full((2 * len(pairs), width), tok.pad_token_id); att = torch.zeros_like(ids); comp = torch.zeros_like(ids)
+        for k, e in enumerate(chosen + rejected):   # trl's batch layout: all chosen, then all rejected, right-padded
+            n = len(e['ids']); ids[k, :n] = torch.tensor(e['ids']); att[k, :n] = 1; comp[k, e['n_prompt']:n] = 1
+        theirs = trainer.compute_loss(model, {'input_ids': ids, 'attention_mask': att, 'completion_mask': comp}).item()
+    assert abs(ours - 0.6931) > 1e-3                 # policy != reference: the check is not log 2 against log 2
+    assert abs(ours - theirs) < 1e-5, (ours, theirs)
+
+
+def test_reference_is_the_base_model(tiny, tok, ordered):
+    "The adapter-disabled reference equals a separately loaded copy of the input model within 1e-5."
+    from transformers import AutoModelForCausalLM
+    chosen, rejected = tokenize_pairs(ordered[:3], tok)
+    model = perturbed_lora(tiny)
+    ref = reference_logps(model, chosen, rejected)
+    base = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
+    with torch.no_grad():
+        plain = [sequence_logp(base, e).item() for e in chosen + rejected]
+        adapted = [sequence_logp(model, e).item() for e in chosen]
+    assert max(abs(a - b) for a, b in zip(ref['chosen'] + ref['rejected'], plain)) < 1e-5
+    assert max(abs(a - b) for a, b in zip(adapted, plain)) > 1e-2   # the adapter does change the model
+
+
+# ---------------------------------------------------------------- training: resume, export
+TRAIN = ['--lr', '5e-3', '--lora-r', '8', '--lora-alpha', '16', '--batch-pairs', '2', '--max-steps', '6', '--save-every', '2']
+
+
+def run_train(model, data, out):
+    code = 'import json,sys; from ei_nb.dpo import dpo_train_cli; print(json.dumps(dpo_train_cli(sys.argv[1:])))'
+    return subprocess.Popen([sys.executable, '-c', code, '--model', str(model), '--data', str(data), '--out-dir', str(out), *TRAIN],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+
+
+def test_sigkill_and_resume_equals_uninterrupted(tiny, ordered, tmp_path):
+    """Kill -9 the trainer after its second checkpoint; the rerun resumes (reference log-probs read back, not
+    recomputed) and ends bit-identical to a run never killed."""
+    data = tmp_path / 'pairs.jsonl'
+    write_records(data, ordered[::2][:12])
+    crashed = tmp_path / 'crashed'
+    p = run_train(tiny, data, crashed)
+    t0 = time.time()
+    while not (crashed / 'checkpoints' / 'step-000004' / 'state.json').exists():
+        assert p.poll() is None and time.time() - t0 < 300, 'training ended before it could be killed'
+        time.sleep(0.02)
+    p.send_signal(signal.SIGKILL); p.wait()
+    assert p.returncode == -signal.SIGKILL and not (crashed / 'merged').exists()
+    assert (crashed / 'checkpoints' / 'reference.json').exists()
+    out, err = (r := run_train(tiny, data, crashed)).communicate()
+    assert r.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1])['resumed_from'] >= 4
+    whole = tmp_path / 'whole'
+    out2, err2 = (r2 := run_train(tiny, data, whole)).communicate()
+    assert r2.returncode == 0 and json.loads(out2.strip().splitlines()[-1])['resumed_from'] == 0, err2
+    a, b = load_file(crashed / 'merged' / 'model.safetensors'), load_file(whole / 'merged' / 'model.safetensors')
+    assert all(torch.equal(a[k], b[k]) for k in b)
+    ha, hb = (json.loads((d / 'train.json').read_text())['history'] for d in (crashed, whole))
+    assert all(ha[k] == hb[k] for k in hb if k != 'seconds')
+    assert not (crashed / 'checkpoints').exists() and not list(crashed.glob('.*'))
+
+
+def test_export_round_trip(tiny, tok, ordered, tmp_path):
+    "The merged model reloads with `from_pretrained` and computes what base + saved adapter compute; training moved it."
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    pairs = ordered[::3][:6]
+    m = train_dpo(tiny, pairs, tmp_path / 'out', lr=5e-3, lora_r=8, lora_alpha=16, batch_pairs=2, save_every=0)
+    assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == ['adapter', 'merged', 'train.json']
+    assert m['history']['margin'][-1] > 0 and m['final_loss'] < m['first_loss'] and m['pairs_per_band']
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / 'out' / 'merged', dtype=torch.float32)
+    assert AutoTokenizer.from_pretrained(tmp_path / 'out' / 'merged')('theorem').input_ids == tok('theorem').input_ids
+    adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32), tmp_path / 'out' / 'adapter')
+    base = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
+    chosen, _ = tokenize_pairs(pairs[:2], tok)
+    with torch.no_grad():
+        lm, la, lb = ([sequence_logp(x, e).item() for e in chosen] for x in (merged, adapted, base))
+    assert max(abs(a - b) for a, b in zip(lm, la)) < 1e-3
+    assert max(abs(a - b) for a, b in zip(lm, lb)) > 1e-2
+
+
+def test_pairs_over_max_tokens_are_dropped(tiny, ordered, tmp_path):
+    lengths = sorted(max(p['chosen_tokens'], p['rejected_tokens']) for p in ordered[:8])
+    m = train_dpo(tiny, ordered[:8], tmp_path / 'out', lr=1e-3, lora_r=4, lora_alpha=8, batch_pairs=8, save_every=0,
+                  max_tokens=lengths[3], max_steps=1)
+    assert m['dropped_too_long'] == sum(n > lengths[3] for n in lengths) > 0 and m['pairs'] == 8 - m['dropped_too_long']
+
+
+def test_loser_prefixes_widen_the_allow_list_explicitly(records, tok):
+    "A non-Lean verifier's rejections (here relabelled `demo reject:`) are losers only when asked for by prefix."
+    problems, samples, verdicts = records
+    demo = [dict(v, reason='demo reject: ' + v['reason']) if is_lean_failure(v) else v for v in verdicts]
+    assert build_pairs(problems, samples, demo, tok, 1)[0] == []
+    wide = build_pairs(problems, samples, demo, tok, 1, loser_prefixes=('lean error: ', 'demo reject: '))[0]
+    assert [{k: p[k] for k in ('name', 'chosen_idx', 'rejected_idx')} for p in wide] == \
+           [{k: p[k] for k in ('name', 'chosen_idx', 'rejected_idx')} for p in build_pairs(*records, tok, 1)[0]]
