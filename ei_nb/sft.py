@@ -547,7 +547,7 @@ def train_cli(argv:list[str]) -> dict:
     for f,t,d in (('--lr', positive_float, 2e-5), ('--epochs', positive_int, 2), ('--lora-r', positive_int, 64), ('--lora-alpha', positive_int, 128),
                   ('--lora-dropout', unit_float, 0.0), ('--batch-tokens', positive_int, 65536), ('--pack-tokens', nonneg_int, 0),
                   ('--max-tokens', positive_int, SFT_MAX_TOKENS), ('--warmup-ratio', unit_float, 0.03), ('--weight-decay', nonneg_float, 0.0),
-                  ('--max-grad-norm', positive_float, 1.0), ('--max-steps', int, -1), ('--seed', int, 0), ('--save-every', positive_int, 25),
+                  ('--max-grad-norm', positive_float, 1.0), ('--max-steps', int, -1), ('--seed', int, 0), ('--save-every', nonneg_int, 25),
                   ('--keep-checkpoints', positive_int, 2), ('--dtype', str, 'auto'), ('--max-shard-size', str, '5GB'),
                   ('--attn-implementation', str, None), ('--log-every', int, 0)):
         p.add_argument(f, type=t, default=d)

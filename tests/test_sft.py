@@ -32,11 +32,15 @@ def merged_weights(d):
 
 
 @pytest.fixture(scope='module')
-def tiny(tiny_model_dir): return tiny_model_dir   # read-only: tests write elsewhere
+def tiny(tmp_path_factory):
+    "This module's own tiny model: the packing test compares two trainings from it, so no other test may touch it."
+    return build_tiny_model(tmp_path_factory.mktemp('m') / 'tiny')
 
 
 @pytest.fixture(scope='module')
-def tok(tiny_tokenizer): return tiny_tokenizer
+def tok(tiny):
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(tiny)
 
 
 @pytest.fixture(scope='module')
