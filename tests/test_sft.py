@@ -185,10 +185,16 @@ def test_packing_trains_like_one_row_per_pass(tiny, rows24, tmp_path):
     b = train_lora(tiny, rows24, tmp_path / 'packed', max_steps=3, save_every=0, pack_tokens=4096, **FAST)
     assert a['padding_fraction'] == b['padding_fraction'] == 0.0
     # float32 reductions differ with batch shape (and memory alignment): one full-suite run measured 1.7e-5 relative at
-    # step 2, so the losses are compared at 5e-5; the merged weights below are held to 1e-5 absolute
+    # step 2, so the losses are compared at 5e-5
     assert b['history']['loss'] == pytest.approx(a['history']['loss'], rel=5e-5)
+    # Adam divides each gradient by its own running scale, so an entry whose gradient is ~0 moves by about +-lr on a
+    # rounding difference (CI measured 5e-3 absolute on one entry): the weight *updates* are compared as a whole,
+    # which a leak across packed rows would change by order one
+    base = load_file(Path(tiny) / 'model.safetensors')
     wa, wb = merged_weights(tmp_path / 'one'), merged_weights(tmp_path / 'packed')
-    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-5
+    diff = sum(((wa[k] - wb[k]).double() ** 2).sum() for k in wa) ** 0.5
+    update = sum(((wa[k] - base[k]).double() ** 2).sum() for k in wa) ** 0.5
+    assert update > 0 and diff / update < 2e-2, (diff / update).item()
 
 
 def test_too_long_rows_dropped_not_truncated(tiny, rows24, tmp_path):
