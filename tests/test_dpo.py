@@ -290,7 +290,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PRELUDE = ('import json, math, shutil\nfrom pathlib import Path\nfrom collections import Counter\nfrom fastcore.test import *\n'
            'from ei_nb.core import DataStop, StageFailed\nfrom ei_nb.sft import *\n')
 STAGE = dict(min_rows=2, min_pairs=2, max_steps=6, save_every=2, lr=1e-3, dpo_lr=1e-3, lora_r=4, lora_alpha=8, batch_tokens=2048,
-             batch_pairs=2, pairs_per_problem=1, n_stages=2, epochs=1)
+             batch_pairs=2, pairs_per_problem=2, n_stages=2, epochs=1)
 
 
 def run_stage(params: dict) -> dict:
@@ -307,17 +307,24 @@ def run_stage(params: dict) -> dict:
     return ns
 
 
-def stage_args(tiny, out, objective, **kw):
-    return dict(STAGE, model_dir=str(tiny), out_dir=str(out), objective=objective, **kw)
+@pytest.fixture(scope='module')
+def small_round(tmp_path_factory, tok):
+    "A crafted round of 8 problems (the stage's own twin has 32): the stage tests stay at seconds."
+    paths = demo_dpo_inputs(tmp_path_factory.mktemp('small'), tok, n_problems=8)
+    return {f'{k}_path': str(paths[k]) for k in ('problems', 'samples', 'verdicts')}
+
+
+def stage_args(tiny, out, objective, inputs, **kw):
+    return dict(STAGE, model_dir=str(tiny), out_dir=str(out), objective=objective, **inputs, **kw)
 
 
 def merged(d): return load_file(Path(d) / 'merged' / 'model.safetensors')
 
 
-def test_stage_sft_objective_is_plain_train_lora(tiny, tmp_path):
+def test_stage_sft_objective_is_plain_train_lora(tiny, small_round, tmp_path):
     "objective = 'sft': no DPO file, and merged/ is bit-identical to `train_lora` on the stage's own rows."
     from ei_nb.sft import train_lora
-    run_stage(stage_args(tiny, tmp_path / 'st', 'sft'))
+    run_stage(stage_args(tiny, tmp_path / 'st', 'sft', small_round))
     out = tmp_path / 'st'
     assert not (out / 'dpo_pairs.jsonl').exists() and 'objective' not in json.loads((out / 'sft.json').read_text())
     train_lora(tiny, out / 'sft.jsonl', tmp_path / 'direct', lr=1e-3, epochs=1, lora_r=4, lora_alpha=8, batch_tokens=2048,
@@ -327,17 +334,17 @@ def test_stage_sft_objective_is_plain_train_lora(tiny, tmp_path):
 
 
 @pytest.mark.parametrize('objective', ['dpo', 'sft_then_dpo'])
-def test_stage_dpo_objectives(tiny, tok, tmp_path, objective):
+def test_stage_dpo_objectives(tiny, tok, small_round, tmp_path, objective):
     "The stage trains DPO on its pairs, exports like SFT, and records objective, pairs per band, margins and accuracies."
     from transformers import AutoModelForCausalLM
     out = tmp_path / 'st'
-    ns = run_stage(stage_args(tiny, out, objective))
+    run_stage(stage_args(tiny, out, objective, small_round))
     summary, stage = json.loads((out / 'sft.json').read_text()), json.loads((out / 'stage.json').read_text())
     pairs = read_pairs(out / 'dpo_pairs.jsonl')
     assert summary['objective'] == stage['headline']['objective'] == stage['params']['objective'] == objective
     assert sum(stage['headline']['pairs_per_band'].values()) == len(pairs) == summary['pair_data']['pairs'] >= 2
     assert [p['band'] for p in pairs] == sorted(p['band'] for p in pairs)
-    assert len(summary['margins']) == len(summary['accuracies']) == len(summary['losses']) == 6
+    assert len(summary['margins']) == len(summary['accuracies']) == len(summary['losses']) == summary['steps'] == 6
     assert abs(summary['losses'][0] - math.log(2)) < 1e-3          # the policy starts at its reference
     assert summary['reference'] == str(out / 'sft_model' / 'merged' if objective == 'sft_then_dpo' else tiny)
     assert (out / 'sft.jsonl').exists() == (out / 'sft_model' / 'merged').exists() == (objective == 'sft_then_dpo')
@@ -347,14 +354,14 @@ def test_stage_dpo_objectives(tiny, tok, tmp_path, objective):
     assert any(not torch.equal(merged(out)[k], base[k]) for k in base) and m.config.vocab_size == tok.vocab_size
 
 
-def test_stage_rejects_an_unknown_objective(tiny, tmp_path):
+def test_stage_rejects_an_unknown_objective(tiny, small_round, tmp_path):
     from ei_nb.core import BadInput
-    with pytest.raises(BadInput, match='objective'): run_stage(stage_args(tiny, tmp_path / 'st', 'ppo'))
+    with pytest.raises(BadInput, match='objective'): run_stage(stage_args(tiny, tmp_path / 'st', 'ppo', small_round))
 
 
-def test_stage_data_stop_on_too_few_pairs(tiny, tmp_path):
+def test_stage_data_stop_on_too_few_pairs(tiny, small_round, tmp_path):
     out = tmp_path / 'st'
-    with pytest.raises(DataStop, match='min_pairs'): run_stage(stage_args(tiny, out, 'dpo', min_pairs=10_000))
+    with pytest.raises(DataStop, match='min_pairs'): run_stage(stage_args(tiny, out, 'dpo', small_round, min_pairs=10_000))
     stage = json.loads((out / 'stage.json').read_text())
     assert stage['status'] == 'data_stop' and stage['headline']['min_pairs'] == 10_000 and not (out / 'merged').exists()
 
@@ -365,11 +372,12 @@ def stage_process(params: dict):
                             text=True, env=dict(ENV, MPLBACKEND='Agg'), cwd=ROOT)
 
 
-def test_stage_sigkill_during_dpo_and_resume(tiny, tmp_path):
+@pytest.mark.slow   # three processes of the stage, ~60 s each on 2 shared cores
+def test_stage_sigkill_during_dpo_and_resume(tiny, small_round, tmp_path):
     """sft_then_dpo killed -9 after DPO's second checkpoint: the rerun keeps the SFT merge (not retrained), resumes
     DPO, and ends with files identical to a run never killed."""
     crashed, whole = tmp_path / 'crashed', tmp_path / 'whole'
-    p = stage_process(stage_args(tiny, crashed, 'sft_then_dpo', max_steps=8))
+    p = stage_process(stage_args(tiny, crashed, 'sft_then_dpo', small_round, max_steps=8))
     t0 = time.time()
     while not (crashed / 'checkpoints' / 'step-000004' / 'state.json').exists():
         assert p.poll() is None and time.time() - t0 < 300, p.stderr.read()[-3000:] if p.poll() is not None else 'timeout'
@@ -379,7 +387,7 @@ def test_stage_sigkill_during_dpo_and_resume(tiny, tmp_path):
     sft_file = crashed / 'sft_model' / 'merged' / 'model.safetensors'
     before = sft_file.stat().st_mtime_ns
     for out in (crashed, whole):
-        r = stage_process(stage_args(tiny, out, 'sft_then_dpo', max_steps=8))
+        r = stage_process(stage_args(tiny, out, 'sft_then_dpo', small_round, max_steps=8))
         assert r.wait() == 0, r.stderr.read()[-3000:]
     assert sft_file.stat().st_mtime_ns == before                     # SFT was not trained again
     for rel in ('merged/model.safetensors', 'adapter/adapter_model.safetensors', 'sft_model/merged/model.safetensors', 'dpo_pairs.jsonl', 'sft.jsonl'):
