@@ -223,6 +223,28 @@ def _reference(ck_root, fingerprint, model, chosen, rejected, device, chunk, aut
     return ref
 
 # %% ../nbs/02b_dpo.ipynb #de86e42a
+def _pairs_within(pairs, chosen, rejected, max_tokens:int) -> tuple[list, list, list, int]:
+    "The pairs (and their examples) whose two sides fit in `max_tokens`, and how many were dropped."
+    keep = [i for i in range(len(pairs)) if max(len(chosen[i]['ids']), len(rejected[i]['ids'])) <= max_tokens]
+    return [pairs[i] for i in keep], [chosen[i] for i in keep], [rejected[i] for i in keep], len(pairs) - len(keep)
+
+def _record(hist:dict, r:dict, idxs:list[int], band:int, lr:float, chosen, rejected, seconds:float) -> None:
+    "Append one step's mean loss, margin, accuracy and rewards, its band, LR, tokens and seconds to `hist`."
+    n = len(idxs)
+    for k,v in (('loss', r['loss']/n), ('margin', (r['chosen'] - r['rejected'])/n), ('accuracy', r['correct']/n),
+                ('chosen_reward', r['chosen']/n), ('rejected_reward', r['rejected']/n), ('band', band), ('lr', lr),
+                ('tokens', sum(len(chosen[i]['ids']) + len(rejected[i]['ids']) for i in idxs)), ('seconds', seconds)):
+        hist[k].append(v)
+
+def _dpo_metrics(hist:dict, bands:list[int], chosen, rejected, n_long:int, n_steps:int, start:int, t_ref:float, train_s:float, params:dict) -> dict:
+    "What `train_dpo` returns and writes to `train.json` (before the export's numbers)."
+    return {'objective': 'dpo', 'pairs': len(bands), 'dropped_too_long': n_long, 'steps': n_steps, 'resumed_from': start,
+            'pairs_per_band': dict(sorted(Counter(bands).items())), 'tokens': sum(len(e['ids']) for e in chosen + rejected),
+            'reference_s': t_ref, 'train_s': train_s, 'tokens_per_s': sum(hist['tokens'][start:]) / max(train_s, 1e-9),
+            'first_loss': hist['loss'][0], 'final_loss': hist['loss'][-1], 'final_margin': hist['margin'][-1],
+            'final_accuracy': hist['accuracy'][-1], 'history': hist, 'params': {k: v for k,v in params.items() if k != 'bands'}}
+
+# %% ../nbs/02b_dpo.ipynb #afa72fd2
 def train_dpo(model_dir, # the round's input model: the policy starts here and it is the frozen reference
               pairs_or_path, # pairs (ordered, with `band`), or the path of a pairs JSONL file
               out_dir, # gets adapter/, merged/, train.json (and checkpoints/ while training)
@@ -246,8 +268,7 @@ def train_dpo(model_dir, # the round's input model: the policy starts here and i
     tok = load_tokenizer(model_dir)
     pairs = read_pairs(pairs_or_path) if isinstance(pairs_or_path, (str, Path)) else list(pairs_or_path)
     chosen, rejected = tokenize_pairs(pairs, tok)
-    keep = [i for i in range(len(pairs)) if max(len(chosen[i]['ids']), len(rejected[i]['ids'])) <= max_tokens]
-    n_long, pairs, chosen, rejected = len(pairs) - len(keep), [pairs[i] for i in keep], [chosen[i] for i in keep], [rejected[i] for i in keep]
+    pairs, chosen, rejected, n_long = _pairs_within(pairs, chosen, rejected, max_tokens)
     if not pairs: raise DataStop('no DPO pair to train on')
     bands = [p.get('band', 0) for p in pairs]
     steps = plan_dpo_steps(bands, batch_pairs, epochs, seed, max_steps)
@@ -274,15 +295,12 @@ def train_dpo(model_dir, # the round's input model: the policy starts here and i
         say(f'dpo: resumed from {ck} (step {start}/{len(steps)})')
     every, t0 = log_every or max(1, len(steps)//20), time.time()
     for s in range(start, len(steps)):
-        t_step, n = time.time(), len(steps[s])
+        t_step = time.time()
         r = _dpo_step(model, chosen, rejected, ref, steps[s], beta, device, loss_chunk, autocast)
         torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
-        hist['lr'].append(opt.param_groups[0]['lr'])
+        lr_now = opt.param_groups[0]['lr']
         opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
-        for k,v in (('loss', r['loss']/n), ('margin', (r['chosen'] - r['rejected'])/n), ('accuracy', r['correct']/n),
-                    ('chosen_reward', r['chosen']/n), ('rejected_reward', r['rejected']/n), ('band', bands[steps[s][0]]),
-                    ('tokens', sum(len(chosen[i]['ids']) + len(rejected[i]['ids']) for i in steps[s])), ('seconds', time.time() - t_step)):
-            hist[k].append(v)
+        _record(hist, r, steps[s], bands[steps[s][0]], lr_now, chosen, rejected, time.time() - t_step)
         if save_every and ((s+1) % save_every == 0 or s+1 == len(steps)):
             save_checkpoint(ck_root, s+1, model, opt, sched, {'fingerprint': fingerprint, 'history': hist}, keep_checkpoints)
         if (s+1) % every == 0 or s+1 == len(steps):
@@ -291,11 +309,7 @@ def train_dpo(model_dir, # the round's input model: the policy starts here and i
                 f'acc {hist["accuracy"][-1]:.2f} lr {hist["lr"][-1]:.2e} eta {_eta(el/(s+1-start)*(len(steps)-s-1))}')
         if on_step: on_step(s+1, hist['loss'][-1])
     train_s = time.time() - t0
-    metrics = {'objective': 'dpo', 'pairs': len(pairs), 'dropped_too_long': n_long, 'steps': len(steps), 'resumed_from': start,
-               'pairs_per_band': dict(sorted(Counter(bands).items())), 'tokens': sum(len(e['ids']) for e in chosen + rejected),
-               'reference_s': t_ref, 'train_s': train_s, 'tokens_per_s': sum(hist['tokens'][start:]) / max(train_s, 1e-9),
-               'first_loss': hist['loss'][0], 'final_loss': hist['loss'][-1], 'final_margin': hist['margin'][-1],
-               'final_accuracy': hist['accuracy'][-1], 'history': hist, 'params': {k: v for k,v in params.items() if k != 'bands'}}
+    metrics = _dpo_metrics(hist, bands, chosen, rejected, n_long, len(steps), start, t_ref, train_s, params)
     del opt
     metrics |= export_model(model, tok, out_dir, [e['ids'][:128] for e in chosen[:2]], save_dtype, max_shard_size, merge_tol)
     atomic_write_json(out_dir/'train.json', metrics)
