@@ -10,6 +10,10 @@ its last tactic line replaced (a wrong proof of about the same length). Each mea
 - `dpo`: `train_dpo` on the N pairs, one epoch (reference log-probs with the adapter disabled, then training).
 Prints one JSON object (last line): seconds per row (SFT) and per pair (DPO), tokens/s, peak RSS and its rise over
 `load`, and the DPO/SFT ratios. The machine may be shared: compare CPU seconds (`*_cpu_s`), which move less.
+
+`--project configs/goedel8b.toml` adds `projection`: 02's time for the reference setting by the ETA compute model
+(`ei_nb.eta`: SFT at `r_tr`, `row_tokens`, `rows_per_problem`, P = `max_problems`) and DPO's by the measured CPU
+ratio per pair (and by the count, 8/3 SFT rows per pair); a projection, not a GPU measurement.
 """
 import argparse, json, resource, subprocess, sys, tempfile, time
 from pathlib import Path
@@ -57,6 +61,21 @@ def child(mode: str, model: str, data: str, out: str, batch: int) -> dict:
                   'peak_rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def project(config: str, pair_over_row: float) -> dict:
+    "02's seconds at the reference setting of `config`: SFT by the ETA model, DPO by `pair_over_row` x an SFT row-epoch."
+    from ei_nb.driver import load_config
+    from ei_nb.eta import model_seconds, stage_work
+    cfg = load_config(config, warn=lambda *a: None)
+    st, e, P = cfg['stages']['02_sft'], cfg['eta'], cfg['stages']['00_select']['max_problems']
+    sft_s = model_seconds('02_sft', cfg, stage_work('02_sft', cfg, P, 0))
+    row_epoch_s = e['row_tokens'] / (e['r_tr'] * e['sft_efficiency'])   # one SFT row, one epoch, at the measured GPU rate
+    pairs = P * st['pairs_per_problem']                                  # an upper bound: problems with few proofs have fewer
+    dpo = lambda ratio: pairs * st['dpo_epochs'] * row_epoch_s * ratio + e['export_s']
+    return {'config': config, 'P': P, 'sft_rows': P * e['rows_per_problem'], 'sft_epochs': st['epochs'], 'dpo_pairs_at_most': pairs,
+            'sft_row_epoch_s': row_epoch_s, 'sft_h': sft_s / 3600, 'dpo_h_measured_ratio': dpo(pair_over_row) / 3600,
+            'dpo_h_counted_ratio': dpo(8 / 3) / 3600, 'sft_then_dpo_h': (sft_s + dpo(pair_over_row)) / 3600}
+
+
 def run(mode, model, data, out, batch) -> dict:
     r = subprocess.run([sys.executable, __file__, '--child', mode, '--model', model, '--data', data, '--out-dir', out,
                         '--batch-tokens', str(batch)], capture_output=True, text=True)
@@ -68,6 +87,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--rows', type=int, default=48); ap.add_argument('--hidden', type=int, default=64)
     ap.add_argument('--layers', type=int, default=2); ap.add_argument('--out')
+    ap.add_argument('--project', help='a run config (e.g. configs/goedel8b.toml): project 02 under dpo for it')
     ap.add_argument('--child'); ap.add_argument('--model'); ap.add_argument('--data'); ap.add_argument('--out-dir')
     ap.add_argument('--batch-tokens', type=int, default=0)
     a = ap.parse_args()
@@ -96,6 +116,7 @@ def main():
                'sft_peak_rss_mb': sft['peak_rss_mb'], 'dpo_peak_rss_mb': dpo['peak_rss_mb'], 'load_peak_rss_mb': base,
                'rss_rise_ratio_dpo_over_sft': (dpo['peak_rss_mb'] - base) / max(sft['peak_rss_mb'] - base, 1e-9),
                'runs': res}
+    if a.project: summary['projection'] = project(a.project, summary['cpu_ratio_dpo_pair_over_sft_row'])
     if a.out: Path(a.out).write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))
 

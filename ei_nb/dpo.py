@@ -15,18 +15,20 @@ from .sft import (build_sft_rows, join_passes, load_tokenizer, encode, proof_tex
                   export_model, load_for_training, demo_sft_inputs, _completion, _fingerprint, _eta)
 
 # %% auto #0
-__all__ = ['LEAN_ERROR', 'is_lean_failure', 'demo_dpo_inputs', 'pass_rates', 'draw_pairs', 'build_pairs', 'assign_bands',
-           'curriculum', 'read_pairs', 'dpo_loss', 'sequence_logp', 'tokenize_pairs', 'reference_logps',
-           'plan_dpo_steps', 'train_dpo', 'plot_dpo', 'dpo_data_cli', 'dpo_train_cli']
+__all__ = ['LEAN_ERROR', 'DEMO_LOSER', 'OBJECTIVES', 'DPO_KEYS', 'is_lean_failure', 'demo_dpo_inputs', 'pass_rates', 'draw_pairs',
+           'build_pairs', 'assign_bands', 'curriculum', 'read_pairs', 'dpo_loss', 'sequence_logp', 'tokenize_pairs',
+           'reference_logps', 'plan_dpo_steps', 'train_dpo', 'plot_dpo', 'round_pairs', 'sft_once', 'band_means',
+           'dpo_summary', 'dpo_data_cli', 'dpo_train_cli']
 
 # %% ../nbs/02b_dpo.ipynb #4c4cfa96
 LEAN_ERROR = 'lean error: '
+DEMO_LOSER = 'demo, no Lean ran: not one of the '   # the known-proof verifier's reason for a proof it does not know
 
 def is_lean_failure(verdict:dict, # a verdict record
-                    prefixes:tuple=(LEAN_ERROR,), # reasons that make a `fail` a loser (a demo verifier may add its own)
+                    prefixes:tuple=(LEAN_ERROR,), # reasons that make a `fail` (or a demo `unchecked`) a loser
                    ) -> bool:
-    "Whether `verdict` is a proof Lean compiled and rejected with an error (a DPO loser), not a cheat, timeout or non-proof."
-    return verdict['verdict'] == 'fail' and (verdict.get('reason') or '').startswith(tuple(prefixes))
+    "Whether `verdict` is a proof its verifier rejected as wrong (a DPO loser), not a cheat, timeout or non-proof."
+    return verdict['verdict'] in ('fail', 'unchecked') and (verdict.get('reason') or '').startswith(tuple(prefixes))
 
 # %% ../nbs/02b_dpo.ipynb #91ada54a
 def _reply(line:int, msg:str) -> dict:
@@ -221,6 +223,28 @@ def _reference(ck_root, fingerprint, model, chosen, rejected, device, chunk, aut
     return ref
 
 # %% ../nbs/02b_dpo.ipynb #de86e42a
+def _pairs_within(pairs, chosen, rejected, max_tokens:int) -> tuple[list, list, list, int]:
+    "The pairs (and their examples) whose two sides fit in `max_tokens`, and how many were dropped."
+    keep = [i for i in range(len(pairs)) if max(len(chosen[i]['ids']), len(rejected[i]['ids'])) <= max_tokens]
+    return [pairs[i] for i in keep], [chosen[i] for i in keep], [rejected[i] for i in keep], len(pairs) - len(keep)
+
+def _record(hist:dict, r:dict, idxs:list[int], band:int, lr:float, chosen, rejected, seconds:float) -> None:
+    "Append one step's mean loss, margin, accuracy and rewards, its band, LR, tokens and seconds to `hist`."
+    n = len(idxs)
+    for k,v in (('loss', r['loss']/n), ('margin', (r['chosen'] - r['rejected'])/n), ('accuracy', r['correct']/n),
+                ('chosen_reward', r['chosen']/n), ('rejected_reward', r['rejected']/n), ('band', band), ('lr', lr),
+                ('tokens', sum(len(chosen[i]['ids']) + len(rejected[i]['ids']) for i in idxs)), ('seconds', seconds)):
+        hist[k].append(v)
+
+def _dpo_metrics(hist:dict, bands:list[int], chosen, rejected, n_long:int, n_steps:int, start:int, t_ref:float, train_s:float, params:dict) -> dict:
+    "What `train_dpo` returns and writes to `train.json` (before the export's numbers)."
+    return {'objective': 'dpo', 'pairs': len(bands), 'dropped_too_long': n_long, 'steps': n_steps, 'resumed_from': start,
+            'pairs_per_band': dict(sorted(Counter(bands).items())), 'tokens': sum(len(e['ids']) for e in chosen + rejected),
+            'reference_s': t_ref, 'train_s': train_s, 'tokens_per_s': sum(hist['tokens'][start:]) / max(train_s, 1e-9),
+            'first_loss': hist['loss'][0], 'final_loss': hist['loss'][-1], 'final_margin': hist['margin'][-1],
+            'final_accuracy': hist['accuracy'][-1], 'history': hist, 'params': {k: v for k,v in params.items() if k != 'bands'}}
+
+# %% ../nbs/02b_dpo.ipynb #afa72fd2
 def train_dpo(model_dir, # the round's input model: the policy starts here and it is the frozen reference
               pairs_or_path, # pairs (ordered, with `band`), or the path of a pairs JSONL file
               out_dir, # gets adapter/, merged/, train.json (and checkpoints/ while training)
@@ -244,8 +268,7 @@ def train_dpo(model_dir, # the round's input model: the policy starts here and i
     tok = load_tokenizer(model_dir)
     pairs = read_pairs(pairs_or_path) if isinstance(pairs_or_path, (str, Path)) else list(pairs_or_path)
     chosen, rejected = tokenize_pairs(pairs, tok)
-    keep = [i for i in range(len(pairs)) if max(len(chosen[i]['ids']), len(rejected[i]['ids'])) <= max_tokens]
-    n_long, pairs, chosen, rejected = len(pairs) - len(keep), [pairs[i] for i in keep], [chosen[i] for i in keep], [rejected[i] for i in keep]
+    pairs, chosen, rejected, n_long = _pairs_within(pairs, chosen, rejected, max_tokens)
     if not pairs: raise DataStop('no DPO pair to train on')
     bands = [p.get('band', 0) for p in pairs]
     steps = plan_dpo_steps(bands, batch_pairs, epochs, seed, max_steps)
@@ -272,15 +295,12 @@ def train_dpo(model_dir, # the round's input model: the policy starts here and i
         say(f'dpo: resumed from {ck} (step {start}/{len(steps)})')
     every, t0 = log_every or max(1, len(steps)//20), time.time()
     for s in range(start, len(steps)):
-        t_step, n = time.time(), len(steps[s])
+        t_step = time.time()
         r = _dpo_step(model, chosen, rejected, ref, steps[s], beta, device, loss_chunk, autocast)
         torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
-        hist['lr'].append(opt.param_groups[0]['lr'])
+        lr_now = opt.param_groups[0]['lr']
         opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
-        for k,v in (('loss', r['loss']/n), ('margin', (r['chosen'] - r['rejected'])/n), ('accuracy', r['correct']/n),
-                    ('chosen_reward', r['chosen']/n), ('rejected_reward', r['rejected']/n), ('band', bands[steps[s][0]]),
-                    ('tokens', sum(len(chosen[i]['ids']) + len(rejected[i]['ids']) for i in steps[s])), ('seconds', time.time() - t_step)):
-            hist[k].append(v)
+        _record(hist, r, steps[s], bands[steps[s][0]], lr_now, chosen, rejected, time.time() - t_step)
         if save_every and ((s+1) % save_every == 0 or s+1 == len(steps)):
             save_checkpoint(ck_root, s+1, model, opt, sched, {'fingerprint': fingerprint, 'history': hist}, keep_checkpoints)
         if (s+1) % every == 0 or s+1 == len(steps):
@@ -289,11 +309,7 @@ def train_dpo(model_dir, # the round's input model: the policy starts here and i
                 f'acc {hist["accuracy"][-1]:.2f} lr {hist["lr"][-1]:.2e} eta {_eta(el/(s+1-start)*(len(steps)-s-1))}')
         if on_step: on_step(s+1, hist['loss'][-1])
     train_s = time.time() - t0
-    metrics = {'objective': 'dpo', 'pairs': len(pairs), 'dropped_too_long': n_long, 'steps': len(steps), 'resumed_from': start,
-               'pairs_per_band': dict(sorted(Counter(bands).items())), 'tokens': sum(len(e['ids']) for e in chosen + rejected),
-               'reference_s': t_ref, 'train_s': train_s, 'tokens_per_s': sum(hist['tokens'][start:]) / max(train_s, 1e-9),
-               'first_loss': hist['loss'][0], 'final_loss': hist['loss'][-1], 'final_margin': hist['margin'][-1],
-               'final_accuracy': hist['accuracy'][-1], 'history': hist, 'params': {k: v for k,v in params.items() if k != 'bands'}}
+    metrics = _dpo_metrics(hist, bands, chosen, rejected, n_long, len(steps), start, t_ref, train_s, params)
     del opt
     metrics |= export_model(model, tok, out_dir, [e['ids'][:128] for e in chosen[:2]], save_dtype, max_shard_size, merge_tol)
     atomic_write_json(out_dir/'train.json', metrics)
@@ -311,6 +327,58 @@ def plot_dpo(history:dict, ax=None):
             if b1 != b0: a.axvline(s + .5, color='grey', ls=':')
     return axes
 
+# %% ../nbs/02b_dpo.ipynb #20372bb1
+OBJECTIVES = ('sft', 'dpo', 'sft_then_dpo')
+
+def round_pairs(problems:list[dict], samples:list[dict], verdicts:list[dict], tokenizer, round_idx:int,
+                pairs_per_problem:int=4, n_stages:int=1, # pairs per problem at most; curriculum bands
+                protected=(), loser_prefixes=(LEAN_ERROR,), seed:int=0,
+                **keep, # the SFT keep rules for winners: max_per_problem, rank, max_tokens, style
+               ) -> tuple[list[dict], dict]:
+    "The round's DPO pairs in curriculum order (easy band first) and their counts, `pairs_per_band` included."
+    pairs, st = build_pairs(problems, samples, verdicts, tokenizer, round_idx, pairs_per_problem, protected=protected,
+                            seed=seed, loser_prefixes=tuple(loser_prefixes), **keep)
+    pairs = curriculum(pairs, n_stages)
+    return pairs, st | {'pairs_per_band': dict(sorted(Counter(p['band'] for p in pairs).items()))}
+
+# %% ../nbs/02b_dpo.ipynb #4e374cab
+def _model_id(model_dir) -> list:
+    return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in Path(model_dir).iterdir() if p.is_file())
+
+def sft_once(model_dir, rows_path, out_dir, **train_kw) -> dict:
+    "`train_lora` into `out_dir`, unless a finished run there had the same rows, model and settings: then its `train.json`."
+    from ei_nb.core import sha256_file, sha256_json
+    from ei_nb.sft import train_lora
+    out_dir = Path(out_dir)
+    key, done = sha256_json({'rows': sha256_file(rows_path), 'model': _model_id(model_dir), 'params': train_kw}), out_dir/'sft_key.json'
+    if done.exists() and json.loads(done.read_text()) == key and (out_dir/'merged').exists() and (out_dir/'train.json').exists():
+        return json.loads((out_dir/'train.json').read_text()) | {'skipped': True}
+    done.unlink(missing_ok=True)
+    metrics = train_lora(model_dir, rows_path, out_dir, **train_kw)
+    atomic_write_json(done, key)
+    return metrics
+
+# %% ../nbs/02b_dpo.ipynb #ce8258d8
+DPO_KEYS = ('pairs', 'dropped_too_long', 'steps', 'tokens', 'tokens_per_s', 'reference_s', 'train_s', 'first_loss', 'final_loss',
+            'final_margin', 'final_accuracy', 'merge_rel_diff', 'adapter_effect')
+
+def band_means(history:dict) -> dict:
+    "Mean loss, reward margin and accuracy over the steps of each band, and the band's step count."
+    out = {}
+    for b in sorted(set(history['band'])):
+        ks = [i for i,x in enumerate(history['band']) if x == b]
+        out[b] = {k: sum(history[k][i] for i in ks) / len(ks) for k in ('loss', 'margin', 'accuracy')} | {'steps': len(ks)}
+    return out
+
+def dpo_summary(metrics:dict, # what `train_dpo` returned
+                pair_stats:dict, # what `round_pairs` counted
+                epochs:int=1) -> dict:
+    "The DPO part of 02's summary: pair counts, headline numbers, means per band, the curves and the `work` done."
+    h = metrics['history']
+    return ({'objective': 'dpo', 'pair_data': pair_stats, 'pairs_per_band': metrics['pairs_per_band']} | {k: metrics.get(k) for k in DPO_KEYS}
+            | {'bands': band_means(h), 'losses': h['loss'], 'margins': h['margin'], 'accuracies': h['accuracy'],
+               'work': metrics['tokens'] * epochs * 4 / 3})
+
 # %% ../nbs/02b_dpo.ipynb #4ab9ca41
 def dpo_data_cli(argv:list[str]) -> dict:
     "`ei dpo-data --problems F --samples F --verdicts F --tokenizer DIR --out F [--pairs-per-problem 4] [--n-stages 1] ...`"
@@ -325,30 +393,18 @@ def dpo_data_cli(argv:list[str]) -> dict:
     p.add_argument('--protected', action='append', default=[])
     p.add_argument('--loser-prefix', action='append', default=[], help=f'fail reason prefix of a loser (repeatable; default {LEAN_ERROR!r})')
     a = p.parse_args(argv)
-    pairs, st = build_pairs(read_problems(a.problems), read_samples(a.samples), read_verdicts(a.verdicts), a.tokenizer, a.round,
-                            a.pairs_per_problem, a.max_per_problem, a.rank, a.max_tokens, read_protected(a.protected), a.style, a.seed,
-                            tuple(a.loser_prefix) or (LEAN_ERROR,))
-    pairs = curriculum(pairs, a.n_stages)
-    st['pairs_per_band'] = dict(sorted(Counter(p['band'] for p in pairs).items()))
+    pairs, st = round_pairs(read_problems(a.problems), read_samples(a.samples), read_verdicts(a.verdicts), a.tokenizer, a.round,
+                            a.pairs_per_problem, a.n_stages, read_protected(a.protected), tuple(a.loser_prefix) or (LEAN_ERROR,), a.seed,
+                            max_per_problem=a.max_per_problem, rank=a.rank, max_tokens=a.max_tokens, style=a.style)
     if len(pairs) < a.min_pairs: raise DataStop(f'{len(pairs)} DPO pairs < min_pairs {a.min_pairs}: {json.dumps(st)}')
     write_records(a.out, pairs)
     say(f'dpo-data: {len(pairs)} pairs from {st["problems"]} problems -> {a.out}')
     return st
 
 def dpo_train_cli(argv:list[str]) -> dict:
-    "`ei dpo-train --model DIR --data FILE --out-dir DIR [--beta 0.1] [--lr 5e-6] [...]`"
-    from ei_nb.cli import parser
-    p = parser('dpo-train', 'DPO-train a LoRA on ordered pairs, merge and export (02b_dpo)')
-    for f in ('--model', '--data', '--out-dir'): p.add_argument(f, required=True)
-    for f,t,d in (('--beta', float, 0.1), ('--lr', float, 5e-6), ('--epochs', int, 1), ('--lora-r', int, 64), ('--lora-alpha', int, 128),
-                  ('--lora-dropout', float, 0.0), ('--batch-pairs', int, 16), ('--max-tokens', int, SFT_MAX_TOKENS), ('--warmup-ratio', float, 0.03),
-                  ('--weight-decay', float, 0.0), ('--max-grad-norm', float, 1.0), ('--max-steps', int, -1), ('--seed', int, 0),
-                  ('--save-every', int, 25), ('--keep-checkpoints', int, 2), ('--dtype', str, 'auto'), ('--max-shard-size', str, '5GB'),
-                  ('--attn-implementation', str, None), ('--log-every', int, 0)):
-        p.add_argument(f, type=t, default=d)
-    p.add_argument('--schedule', choices=SCHEDULES, default='cosine'); p.add_argument('--no-resume', action='store_true')
-    a = vars(p.parse_args(argv))
-    model, data, out = a.pop('model'), a.pop('data'), a.pop('out_dir')
-    a['resume'] = not a.pop('no_resume')
-    m = train_dpo(model, data, out, **a)
-    return {k: v for k,v in m.items() if k not in ('history', 'params')} | {'out_dir': str(out)}
+    "`ei dpo-train --model DIR --data FILE --out-dir DIR [--beta 0.1] [--lr 5e-6] [...]`: the options of `ei train`, DPO's own."
+    from ei_nb.cli import positive_float, positive_int
+    from ei_nb.sft import train_parser, run_trainer_cli
+    p = train_parser('dpo-train', 'DPO-train a LoRA on ordered pairs, merge and export (02b_dpo)', 5e-6, 1,
+                     (('--beta', positive_float, 0.1), ('--batch-pairs', positive_int, 16)))
+    return run_trainer_cli(p, argv, train_dpo)

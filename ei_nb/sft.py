@@ -19,7 +19,7 @@ __all__ = ['RANKS', 'SCHEDULES', 'protected_key', 'read_protected', 'protected_i
            'demo_sft_inputs', 'plan_steps', 'micro_batches', 'split_ranks', 'tokenize_rows', 'collate',
            'completion_loss', 'loss_module', 'lr_factor', 'atomic_dir', 'trainable_state', 'save_checkpoint',
            'latest_checkpoint', 'load_checkpoint', 'probe_logits', 'export_model', 'load_for_training', 'train_lora',
-           'sft_data_cli', 'train_cli', 'check_rows_not_protected']
+           'sft_data_cli', 'train_parser', 'run_trainer_cli', 'train_cli', 'check_rows_not_protected']
 
 # %% ../nbs/02_sft.ipynb #03301c8d
 _THM = re.compile(r'(?m)^[ \t]*(?:@\[[^\]]*\]\s*)?(?:private\s+|protected\s+)?(?:theorem|lemma)\s')
@@ -538,27 +538,43 @@ def sft_data_cli(argv:list[str]) -> dict:
     return res
 
 # %% ../nbs/02_sft.ipynb #0549b59f
-def train_cli(argv:list[str]) -> dict:
-    "`ei train --model DIR --data FILE --out-dir DIR [--lr ...] [--epochs ...] [--lora-r ...] [...]`"
+def train_parser(name:str, description:str,
+                 lr:float, epochs:int, # the recipe's defaults of this command
+                 extra:tuple=(), # (flag, type, default) options of this command only
+                ):
+    "The parser of a training command: `--model --data --out-dir`, the shared LoRA/optimizer/checkpoint options, `extra`."
     from ei_nb.cli import parser, positive_int, nonneg_int, positive_float, nonneg_float, unit_float
-    from ei_nb.core import SFT_MAX_TOKENS, check_output
-    p = parser('train', 'LoRA-train on SFT rows, merge and export (02_sft)')
+    from ei_nb.core import SFT_MAX_TOKENS
+    p = parser(name, description)
     for f in ('--model', '--data', '--out-dir'): p.add_argument(f, required=True)
-    for f,t,d in (('--lr', positive_float, 2e-5), ('--epochs', positive_int, 2), ('--lora-r', positive_int, 64), ('--lora-alpha', positive_int, 128),
-                  ('--lora-dropout', unit_float, 0.0), ('--batch-tokens', positive_int, 65536), ('--pack-tokens', nonneg_int, 0),
+    for f,t,d in (('--lr', positive_float, lr), ('--epochs', positive_int, epochs), ('--lora-r', positive_int, 64),
+                  ('--lora-alpha', positive_int, 128), ('--lora-dropout', unit_float, 0.0), *extra,
                   ('--max-tokens', positive_int, SFT_MAX_TOKENS), ('--warmup-ratio', unit_float, 0.03), ('--weight-decay', nonneg_float, 0.0),
                   ('--max-grad-norm', positive_float, 1.0), ('--max-steps', int, -1), ('--seed', int, 0), ('--save-every', nonneg_int, 25),
                   ('--keep-checkpoints', positive_int, 2), ('--dtype', str, 'auto'), ('--max-shard-size', str, '5GB'),
                   ('--attn-implementation', str, None), ('--log-every', int, 0)):
         p.add_argument(f, type=t, default=d)
-    p.add_argument('--schedule', choices=SCHEDULES, default='cosine')
-    p.add_argument('--full-finetune', action='store_true'); p.add_argument('--no-resume', action='store_true')
+    p.add_argument('--schedule', choices=SCHEDULES, default='cosine'); p.add_argument('--no-resume', action='store_true')
+    return p
+
+def run_trainer_cli(p, argv:list[str], trainer) -> dict:
+    "Parse `argv` with `p`, check the output folder, run `trainer(model, data, out_dir, **options)`; its metrics without curves."
+    from ei_nb.core import check_output
     a = vars(p.parse_args(argv))
     model, data, out = a.pop('model'), a.pop('data'), a.pop('out_dir')
     check_output(out, [data], '--out-dir', is_dir=True)
     a['resume'] = not a.pop('no_resume')
-    m = train_lora(model, data, out, **a)
+    m = trainer(model, data, out, **a)
     return {k: v for k,v in m.items() if k not in ('history', 'params')} | {'out_dir': str(out)}
+
+# %% ../nbs/02_sft.ipynb #0c3848cb
+def train_cli(argv:list[str]) -> dict:
+    "`ei train --model DIR --data FILE --out-dir DIR [--lr ...] [--epochs ...] [--lora-r ...] [...]`"
+    from ei_nb.cli import positive_int, nonneg_int
+    p = train_parser('train', 'LoRA-train on SFT rows, merge and export (02_sft)', 2e-5, 2,
+                     (('--batch-tokens', positive_int, 65536), ('--pack-tokens', nonneg_int, 0)))
+    p.add_argument('--full-finetune', action='store_true')
+    return run_trainer_cli(p, argv, train_lora)
 
 # %% ../nbs/02_sft.ipynb #049dfca0
 def check_rows_not_protected(rows:list[dict], # the SFT rows

@@ -2,7 +2,7 @@
 (fake Lean), protected problems, curriculum order, the loss against trl's DPOTrainer, the adapter-disabled
 reference against a separately loaded base model, a SIGKILL mid-training and resume, and the export round trip.
 Tiny models built in code, no downloads."""
-import json, os, random, signal, subprocess, sys, time
+import json, math, os, random, signal, subprocess, sys, time
 from collections import Counter
 from pathlib import Path
 
@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from ei_nb.core import DataStop, read_problems, read_samples, read_verdicts, shared_data, write_records
-from ei_nb.dpo import (assign_bands, build_pairs, curriculum, demo_dpo_inputs, dpo_data_cli, dpo_loss, is_lean_failure,
+from ei_nb.dpo import (assign_bands, build_pairs, curriculum, demo_dpo_inputs, dpo_data_cli, dpo_loss, is_lean_failure, read_pairs,
                        reference_logps, sequence_logp, tokenize_pairs, train_dpo)
 from ei_nb.sft import build_sft_rows, load_for_training, read_protected
 
@@ -245,3 +245,166 @@ def test_loser_prefixes_widen_the_allow_list_explicitly(records, tok):
     wide = build_pairs(problems, samples, demo, tok, 1, loser_prefixes=('lean error: ', 'demo reject: '))[0]
     assert [{k: p[k] for k in ('name', 'chosen_idx', 'rejected_idx')} for p in wide] == \
            [{k: p[k] for k in ('name', 'chosen_idx', 'rejected_idx')} for p in build_pairs(*records, tok, 1)[0]]
+
+
+# ---------------------------------------------------------------- the demo verifier's rejections
+def test_known_verifier_rejections_are_losers_only_when_named(tok, tmp_path):
+    "The real known-proof verifier: a wrong proof is `unchecked` with `DEMO_LOSER`; a `sorry` stays a pre-check cheat."
+    from ei_nb.demo import build_demo_data, known_proof_verifier
+    from ei_nb.dpo import DEMO_LOSER, LEAN_ERROR
+    demo = build_demo_data(tmp_path / 'demo')
+    problems = demo['scored'][:4]
+    kv = known_proof_verifier(demo['paths']['known_proofs'])
+    samples, verdicts = [], []
+    for p in problems:
+        proof = demo['proofs'][p['name']].rstrip()
+        code = lambda body: f"```lean4\n{p['header']}{p['formal_statement'].rstrip()}\n{body}\n```"
+        for i, body in enumerate((proof, proof.rsplit('\n', 1)[0] + '\n  linarith', '  sorry', proof)):
+            samples.append({'name': p['name'], 'sample_idx': i, 'round': 1, 'completion': code(body), 'n_tokens': 50, 'capped': False})
+            verdicts.append(kv.verify_one(p, samples[-1]) if i < 3 else
+                            {'name': p['name'], 'sample_idx': 3, 'verdict': 'error', 'reason': DEMO_LOSER + 'x', 'proof': proof, 'verify_s': 0.0})
+    assert Counter(v['verdict'] for v in verdicts) == {'pass': 4, 'unchecked': 4, 'fail': 4, 'error': 4}
+    assert build_pairs(problems, samples, verdicts, tok, 1)[0] == []
+    pairs, st = build_pairs(problems, samples, verdicts, tok, 1, loser_prefixes=(LEAN_ERROR, DEMO_LOSER))
+    assert [(p['name'], p['chosen_idx'], p['rejected_idx']) for p in pairs] == [(p['name'], 0, 1) for p in sorted(problems, key=lambda p: p['name'])]
+    assert st['excluded_fails'] == {'sorry': 4}
+
+
+# ---------------------------------------------------------------- the shared training options
+def _options(argv):
+    from ei_nb.cli import main
+    import contextlib, io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()): assert main(argv) == 0
+    return {w.strip('[],').split('=')[0] for w in buf.getvalue().split() if w.strip('[],').startswith('--')}
+
+
+def test_train_and_dpo_train_share_their_options():
+    sft, dpo = _options(['train', '--help']), _options(['dpo-train', '--help'])
+    assert sft - dpo == {'--batch-tokens', '--pack-tokens', '--full-finetune'} and dpo - sft == {'--beta', '--batch-pairs'}
+    assert {'--lr', '--epochs', '--lora-r', '--schedule', '--no-resume', '--save-every', '--max-tokens'} <= sft & dpo
+
+
+# ---------------------------------------------------------------- 02 runs the objectives
+ROOT = Path(__file__).resolve().parents[1]
+PRELUDE = ('import json, math, shutil\nfrom pathlib import Path\nfrom collections import Counter\nfrom fastcore.test import *\n'
+           'from ei_nb.core import DataStop, StageFailed\nfrom ei_nb.sft import *\n')
+STAGE = dict(min_rows=2, min_pairs=2, max_steps=6, save_every=2, lr=1e-3, dpo_lr=1e-3, lora_r=4, lora_alpha=8, batch_tokens=2048,
+             batch_pairs=2, pairs_per_problem=2, n_stages=2, epochs=1)
+
+
+def run_stage(params: dict) -> dict:
+    "Execute the runner section of nbs/02_sft.ipynb (from `## Run the stage`) in this process, `params` injected."
+    import matplotlib; matplotlib.use('Agg')
+    from ei_nb.trail import runner_index
+    nb = json.loads((ROOT / 'nbs' / '02_sft.ipynb').read_text())
+    ns = {}
+    exec(PRELUDE, ns)
+    for c in nb['cells'][runner_index(nb):]:
+        if c['cell_type'] != 'code': continue
+        exec(''.join(c['source']), ns)
+        if 'parameters' in c['metadata'].get('tags', []): ns.update(params)
+    return ns
+
+
+@pytest.fixture(scope='module')
+def small_round(tmp_path_factory, tok):
+    "A crafted round of 8 problems (the stage's own twin has 32): the stage tests stay at seconds."
+    paths = demo_dpo_inputs(tmp_path_factory.mktemp('small'), tok, n_problems=8)
+    return {f'{k}_path': str(paths[k]) for k in ('problems', 'samples', 'verdicts')}
+
+
+def stage_args(tiny, out, objective, inputs, **kw):
+    return dict(STAGE, model_dir=str(tiny), out_dir=str(out), objective=objective, **inputs, **kw)
+
+
+def merged(d): return load_file(Path(d) / 'merged' / 'model.safetensors')
+
+
+def test_stage_sft_objective_is_plain_train_lora(tiny, small_round, tmp_path):
+    "objective = 'sft': no DPO file, and merged/ is bit-identical to `train_lora` on the stage's own rows."
+    from ei_nb.sft import train_lora
+    run_stage(stage_args(tiny, tmp_path / 'st', 'sft', small_round))
+    out = tmp_path / 'st'
+    assert not (out / 'dpo_pairs.jsonl').exists() and 'objective' not in json.loads((out / 'sft.json').read_text())
+    train_lora(tiny, out / 'sft.jsonl', tmp_path / 'direct', lr=1e-3, epochs=1, lora_r=4, lora_alpha=8, batch_tokens=2048,
+               max_steps=6, save_every=2, warmup_ratio=0.03, schedule='cosine', seed=0)
+    a, b = merged(out), merged(tmp_path / 'direct')
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize('objective', ['dpo', 'sft_then_dpo'])
+def test_stage_dpo_objectives(tiny, tok, small_round, tmp_path, objective):
+    "The stage trains DPO on its pairs, exports like SFT, and records objective, pairs per band, margins and accuracies."
+    from transformers import AutoModelForCausalLM
+    out = tmp_path / 'st'
+    run_stage(stage_args(tiny, out, objective, small_round))
+    summary, stage = json.loads((out / 'sft.json').read_text()), json.loads((out / 'stage.json').read_text())
+    pairs = read_pairs(out / 'dpo_pairs.jsonl')
+    assert summary['objective'] == stage['headline']['objective'] == stage['params']['objective'] == objective
+    assert sum(stage['headline']['pairs_per_band'].values()) == len(pairs) == summary['pair_data']['pairs'] >= 2
+    assert [p['band'] for p in pairs] == sorted(p['band'] for p in pairs)
+    assert len(summary['margins']) == len(summary['accuracies']) == len(summary['losses']) == summary['steps'] == 6
+    assert abs(summary['losses'][0] - math.log(2)) < 1e-3          # the policy starts at its reference
+    assert summary['reference'] == str(out / 'sft_model' / 'merged' if objective == 'sft_then_dpo' else tiny)
+    assert (out / 'sft.jsonl').exists() == (out / 'sft_model' / 'merged').exists() == (objective == 'sft_then_dpo')
+    assert {'adapter', 'merged', 'train.json'} <= {p.name for p in out.iterdir()} and not (out / 'checkpoints').exists()
+    m = AutoModelForCausalLM.from_pretrained(out / 'merged', dtype=torch.float32)   # what 03 reads
+    base = load_file(Path(tiny) / 'model.safetensors')
+    assert any(not torch.equal(merged(out)[k], base[k]) for k in base) and m.config.vocab_size == tok.vocab_size
+
+
+def test_stage_rejects_an_unknown_objective(tiny, small_round, tmp_path):
+    from ei_nb.core import BadInput
+    with pytest.raises(BadInput, match='objective'): run_stage(stage_args(tiny, tmp_path / 'st', 'ppo', small_round))
+
+
+def test_stage_data_stop_on_too_few_pairs(tiny, small_round, tmp_path):
+    out = tmp_path / 'st'
+    with pytest.raises(DataStop, match='min_pairs'): run_stage(stage_args(tiny, out, 'dpo', small_round, min_pairs=10_000))
+    stage = json.loads((out / 'stage.json').read_text())
+    assert stage['status'] == 'data_stop' and stage['headline']['min_pairs'] == 10_000 and not (out / 'merged').exists()
+
+
+def stage_process(params: dict):
+    code = f'import json,sys; sys.path.insert(0, {str(ROOT)!r}); from tests.test_dpo import run_stage; run_stage(json.loads(sys.argv[1]))'
+    return subprocess.Popen([sys.executable, '-c', code, json.dumps(params)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(ENV, MPLBACKEND='Agg'), cwd=ROOT)
+
+
+@pytest.mark.slow   # three processes of the stage, ~60 s each on 2 shared cores
+def test_stage_sigkill_during_dpo_and_resume(tiny, small_round, tmp_path):
+    """sft_then_dpo killed -9 after DPO's second checkpoint: the rerun keeps the SFT merge (not retrained), resumes
+    DPO, and ends with files identical to a run never killed."""
+    crashed, whole = tmp_path / 'crashed', tmp_path / 'whole'
+    p = stage_process(stage_args(tiny, crashed, 'sft_then_dpo', small_round, max_steps=8))
+    t0 = time.time()
+    while not (crashed / 'checkpoints' / 'step-000004' / 'state.json').exists():
+        assert p.poll() is None and time.time() - t0 < 300, p.stderr.read()[-3000:] if p.poll() is not None else 'timeout'
+        time.sleep(0.02)
+    p.send_signal(signal.SIGKILL); p.wait()
+    assert not (crashed / 'merged').exists() and not (crashed / 'stage.json').exists()
+    sft_file = crashed / 'sft_model' / 'merged' / 'model.safetensors'
+    before = sft_file.stat().st_mtime_ns
+    for out in (crashed, whole):
+        r = stage_process(stage_args(tiny, out, 'sft_then_dpo', small_round, max_steps=8))
+        assert r.wait() == 0, r.stderr.read()[-3000:]
+    assert sft_file.stat().st_mtime_ns == before                     # SFT was not trained again
+    for rel in ('merged/model.safetensors', 'adapter/adapter_model.safetensors', 'sft_model/merged/model.safetensors', 'dpo_pairs.jsonl', 'sft.jsonl'):
+        assert (crashed / rel).read_bytes() == (whole / rel).read_bytes(), rel
+    ha, hb = (json.loads((d / 'sft.json').read_text()) for d in (crashed, whole))
+    assert (ha['losses'], ha['margins'], ha['accuracies']) == (hb['losses'], hb['margins'], hb['accuracies'])
+
+
+# ---------------------------------------------------------------- the demo config
+def test_demo_dpo_config_is_demo_plus_dpo_keys_and_plans(tmp_path, capsys):
+    import tomllib
+    from ei_nb.cli import main
+    demo, dpo = (tomllib.loads((ROOT / 'configs' / f).read_text()) for f in ('demo.toml', 'demo_dpo.toml'))
+    assert {k: v for k, v in dpo.items() if k not in ('run', 'sft')} == {k: v for k, v in demo.items() if k not in ('run', 'sft')}
+    assert {k: v for k, v in dpo['run'].items() if k != 'name'} == {k: v for k, v in demo['run'].items() if k != 'name'}
+    assert {k: v for k, v in dpo['sft'].items() if k in demo['sft']} == demo['sft'] and dpo['sft']['objective'] in ('dpo', 'sft_then_dpo')
+    assert main(['run', '--config', str(ROOT / 'configs' / 'demo_dpo.toml'), '--run-dir', str(tmp_path / 'run'), '--dry-run']) == 0
+    out = capsys.readouterr()
+    assert f"objective={dpo['sft']['objective']!r}" in ' '.join((out.out + out.err).split())
+    assert json.loads(out.out.strip().splitlines()[-1])['dry_run'] is True
