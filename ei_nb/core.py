@@ -166,7 +166,8 @@ SCHEMAS = {
                 'completion': (str, True), 'n_tokens': (int, True), 'capped': (bool, True)},
     'verdict': {'name': (str, True), 'sample_idx': (int, True), 'verdict': (str, True),
                 'reason': ((str, type(None)), False), 'proof': ((str, type(None)), False),
-                'verify_s': ((int, float, type(None)), False)},
+                'verify_s': ((int, float, type(None)), False), 'messages': (list, False),
+                'messages_cap': (int, False), 'messages_omitted': (int, False)},
 }
 KEYS = {'problem': ('name',), 'sample': ('name', 'sample_idx'), 'verdict': ('name', 'sample_idx')}
 POOL_CAP, EVAL_CAP, SFT_MAX_TOKENS = 16_384, 30_000, 18_432   # generation caps (pool, evaluation) and the SFT row limit

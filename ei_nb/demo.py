@@ -122,10 +122,10 @@ def _verifier_cls():
             super().__init__(None, policy)
             self.known, self.identity = known, identity or {'backend': 'known', 'n_known': known.n}
         def _check(self, problem, sample):
-            verdict, reason, code = super()._check(problem, sample)
-            if verdict != 'unchecked': return verdict, reason, code
+            verdict, reason, code, extra = super()._check(problem, sample)
+            if verdict != 'unchecked': return verdict, reason, code, extra
             ok, why = self.known.match(problem, code)
-            return ('pass' if ok else 'unchecked'), f'demo, no Lean ran: {why}', code
+            return ('pass' if ok else 'unchecked'), f'demo, no Lean ran: {why}', code, {}
     return KnownProofVerifier
 
 def known_proof_verifier(path, policy=None):

@@ -8,7 +8,8 @@ import re
 from .core import BadInput
 
 # %% auto #0
-__all__ = ['GOEDEL_V2_PROMPT', 'PROMPT_STYLES', 'statement_with_sorry', 'statement_open', 'render_prompt', 'verifiable_text']
+__all__ = ['GOEDEL_V2_PROMPT', 'PROMPT_STYLES', 'CORRECTION_PROMPT', 'statement_with_sorry', 'statement_open', 'render_prompt',
+           'verifiable_text', 'error_feedback', 'correction_messages']
 
 # %% ../nbs/prompts.ipynb #631e97b7
 GOEDEL_V2_PROMPT = (
@@ -46,3 +47,40 @@ def verifiable_text(problem:dict, completion:str, style:str='chat') -> str:
     "What the verifier reads: the completion itself (chat), or the whole file as a fenced block (completion)."
     if style=='chat': return completion
     return '```lean4\n' + statement_open(problem) + completion + '\n```'
+
+# %% ../nbs/prompts.ipynb #28c7fb14
+CORRECTION_PROMPT = ("The proof (Round {attempt}) is not correct. Following is the compilation error message, where we use "
+                     "<error></error> to signal the position of the error.\n\n{feedback}\n\nBefore producing the Lean 4 code "
+                     "to formally prove the given theorem, provide a detailed analysis of the error message.")
+
+def _quoted(lines:list[str], m:dict, context:int=4, span_lines:int=6) -> str:
+    "The code around message `m`: `context` lines before, the span marked with <error></error>, one line after."
+    a, ca = m['line'] - 1, m['column'] or 0
+    b, cb = (m['end_line'] - 1, m['end_column']) if m.get('end_line') else (a, len(lines[a]))
+    out = lines[max(0, a - context):a]
+    if a == b: out.append(lines[a][:ca] + '<error>' + lines[a][ca:cb] + '</error>' + lines[a][cb:])
+    else:
+        out += [lines[a][:ca] + '<error>' + lines[a][ca:]] + lines[a + 1:min(b, a + span_lines)]
+        if b > a + span_lines: out.append(' ' * (len(lines[b - 1]) - len(lines[b - 1].lstrip(' '))) + '... --[Truncated]-- ...')
+        out.append(lines[b][:cb] + '</error>' + lines[b][cb:])
+    return '\n'.join(out + lines[b + 1:b + 2])
+
+def error_feedback(code:str,           # the failed proof (the verdict's `proof`)
+                   messages:list[dict], # the verdict's `messages` (positions in `code`'s lines)
+                   max_errors:int=8) -> str:
+    "Lean's errors on `code`, each with the failing code quoted and marked: the body of the correction turn."
+    lines, errs = code.split('\n'), [m for m in messages if m.get('severity') == 'error' and m.get('line')]
+    parts = [f"\nError {i}:\n\nCorresponding Code:\n```lean4\n{_quoted(lines, m)}\n```\n\nError Message: {m['text']}\n"
+             for i, m in enumerate(errs[:max_errors], 1)]
+    if len(errs) > max_errors: parts.append(f'\n... [Omitted {len(errs) - max_errors} more errors] ...\n')
+    return ''.join(parts)
+
+def correction_messages(problem:dict,          # the problem record
+                        failed_completion:str, # the model's whole first answer (plan and proof)
+                        feedback:str,          # `error_feedback(...)` of its proof
+                        attempt:int=0,         # which answer failed (0: the first)
+                       ) -> list[dict]:
+    "The chat of a correction turn: the first prompt, the failed answer, Lean's feedback; the model answers next."
+    return [{'role': 'user', 'content': GOEDEL_V2_PROMPT.format(code=statement_with_sorry(problem))},
+            {'role': 'assistant', 'content': failed_completion},
+            {'role': 'user', 'content': CORRECTION_PROMPT.format(attempt=attempt, feedback=feedback)}]

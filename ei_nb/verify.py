@@ -16,11 +16,11 @@ from .lean_lex import analyse, lexical_error
 from functools import lru_cache
 
 # %% auto #0
-__all__ = ['RULES', 'DEFAULT_POLICY', 'NO_FLUSH_HINT', 'CACHE_VERSION', 'extract_code', 'split_code', 'policy_table',
-           'load_policy', 'allowed_axioms', 'check_statement', 'prepare', 'precheck', 'LeanError', 'with_axioms',
-           'axioms_line', 'statement_probe', 'judge', 'limited', 'HeaderStall', 'Repl', 'ReplPool', 'LeanBackend',
-           'ServerBackend', 'cache_key', 'VerdictCache', 'Verifier', 'VerifierSettings', 'register_backend',
-           'backend_factory', 'make_verifier', 'verify_cli']
+__all__ = ['RULES', 'DEFAULT_POLICY', 'MESSAGE_CAP', 'MESSAGE_FIELDS', 'NO_FLUSH_HINT', 'CACHE_VERSION', 'extract_code',
+           'split_code', 'policy_table', 'load_policy', 'allowed_axioms', 'check_statement', 'prepare', 'precheck',
+           'LeanError', 'with_axioms', 'axioms_line', 'statement_probe', 'judge', 'lean_messages', 'limited',
+           'HeaderStall', 'Repl', 'ReplPool', 'LeanBackend', 'ServerBackend', 'cache_key', 'VerdictCache', 'Verifier',
+           'VerifierSettings', 'register_backend', 'backend_factory', 'make_verifier', 'verify_cli']
 
 # %% ../nbs/01a_verify.ipynb #f0bacce4
 _OPENER = re.compile(r'[ \t]*(lean4|lean)[ \t]*\r?', re.I)
@@ -415,6 +415,37 @@ def judge(reply,                  # a Lean REPL reply: {'messages': [...], 'sorr
         return 'fail', f'axioms: {name} uses {", ".join(bad)}'
     return 'pass', None
 
+# %% ../nbs/01a_verify.ipynb #86fd1c52
+MESSAGE_CAP = 2000   # characters of message text kept per verdict: the first errors matter, a flood does not
+MESSAGE_FIELDS = ('messages', 'messages_cap', 'messages_omitted')
+
+def _pos(p) -> tuple[int, int]|None:
+    return (p['line'], p.get('column', 0)) if isinstance(p, dict) and isinstance(p.get('line'), int) else None
+
+def _in_proof(line:int, offsets, body_lines:int) -> int|None:
+    "`line` of the reply in the proof's own lines: the largest offset that puts it inside the proof."
+    return next((line - o for o in sorted(offsets, reverse=True) if 1 <= line - o <= body_lines), None)
+
+def lean_messages(reply:dict,         # a Lean reply in the REPL's shape
+                  body_lines:int,     # lines of the proof that was sent (messages below it are our own commands')
+                  offsets=frozenset({0}), # lines before the proof in the reply's coordinates
+                  cap:int=MESSAGE_CAP, # characters of text kept in all
+                 ) -> tuple[list[dict], int]: # (messages, how many were cut by the cap)
+    "Errors and sorry warnings of `reply` as `{severity, line, column, end_line, end_column, text}` in the proof's lines."
+    keep = [m for m in reply.get('messages', []) if isinstance(m, dict) and isinstance(m.get('data'), str)
+            and (m.get('severity') == 'error' or (m.get('severity') == 'warning' and _SORRY_WARNING.search(m['data'])))]
+    out, room = [], cap
+    for i, m in enumerate(keep):
+        start, end = _pos(m.get('pos')), _pos(m.get('endPos'))
+        line = _in_proof(start[0], offsets, body_lines) if start else None
+        if start and line is None: continue              # a message about our appended commands, not the proof
+        if room <= 0: return out, len(keep) - i
+        text = m['data'][:room]; room -= len(text)
+        shift = (start[0] - line) if start else 0
+        out.append({'severity': m['severity'], 'line': line, 'column': start[1] if start else None,
+                    'end_line': end[0] - shift if end else None, 'end_column': end[1] if end else None, 'text': text})
+    return out, 0
+
 # %% ../nbs/01a_verify.ipynb #f2426585
 _LAUNCH = 'import os,resource,sys\nm=int(sys.argv[1])<<20\nresource.setrlimit(resource.RLIMIT_AS,(m,m))\nos.execvp(sys.argv[2],sys.argv[2:])'
 
@@ -675,7 +706,7 @@ class ServerBackend:
     def close(self): pass
 
 # %% ../nbs/01a_verify.ipynb #2e876bde
-CACHE_VERSION = 2  # bump when the verdict logic changes, so old verdicts are not reused
+CACHE_VERSION = 3  # bump when the verdict logic changes, so old verdicts are not reused (3: Lean's messages kept)
 
 def cache_key(problem:dict, code:str, policy:dict, identity) -> str:
     "sha256 of everything a verdict depends on."
@@ -690,8 +721,8 @@ class VerdictCache:
         try: v = json.loads(self._path(key).read_text(encoding='utf-8'))
         except (OSError, ValueError): return None
         return v if isinstance(v, dict) and v.get('verdict') in ('pass', 'fail') else None
-    def put(self, key:str, verdict:str, reason:str|None):
-        if verdict in ('pass', 'fail'): atomic_write_json(self._path(key), {'verdict': verdict, 'reason': reason}, indent=None)
+    def put(self, key:str, verdict:str, reason:str|None, extra:dict|None=None):
+        if verdict in ('pass', 'fail'): atomic_write_json(self._path(key), {'verdict': verdict, 'reason': reason, **(extra or {})}, indent=None)
 
 # %% ../nbs/01a_verify.ipynb #65d46cb0
 class Verifier:
@@ -735,38 +766,47 @@ class Verifier:
     def _count(self, k):
         with self._lock: self.stats[k] += 1
 
-    def _check(self, problem:dict, sample:dict) -> tuple[str, str|None, str|None]:
+    def _check(self, problem:dict, sample:dict) -> tuple[str, str|None, str|None, dict]:
+        "(verdict, reason, the extracted code, extra record fields: Lean's messages)"
         code = extract_code(sample['completion'])
-        if code is None: return 'no_code', 'no closed ```lean4 or ```lean block', None
+        if code is None: return 'no_code', 'no closed ```lean4 or ```lean block', None, {}
         reason, body = prepare(code, problem, self.policy)
-        if reason: return 'fail', reason, code
-        if self.backend is None: return 'unchecked', None, code
+        if reason: return 'fail', reason, code, {'messages': [{'severity': 'error', 'rule': reason.split(':')[0], 'text': reason}]}
+        if self.backend is None: return 'unchecked', None, code, {}
         key = cache_key(problem, code, self.policy, self.identity)
-        if self.cache and (hit := self.cache.get(key)): self._count('cache_hits'); return hit['verdict'], hit['reason'], code
+        if self.cache and (hit := self.cache.get(key)):
+            self._count('cache_hits'); return hit['verdict'], hit['reason'], code, {k: hit[k] for k in MESSAGE_FIELDS if k in hit}
         name = theorem_name(problem['formal_statement'])
         self._count('lean_runs')
         sent = with_axioms(body, name, probe=self.statement_check)
+        extra = {}
         try:
             reply = self.backend.run(problem['header'], sent, self.timeout)
             verdict, reason = judge(reply, name, self.policy, self._lines(problem['header'], sent, axioms_line(sent)))
+            if verdict == 'fail': extra = self._messages(reply, problem['header'], sent, body)
             if verdict == 'pass' and self.statement_check:
                 got, want = self._probed_type(reply, self._lines(problem['header'], sent, axioms_line(sent) + 1)), self.reference_type(problem)
                 if got != want:
                     verdict, reason = 'fail', ('lean_statement: the type of the final theorem, read from Lean, differs from the reference '
                                                f'statement elaborated in the header alone: {str(got)[:120]!r} vs {want[:120]!r}')
         except HeaderStall as e: raise StageFailed(f'verifier: {e}') from None
-        except LeanError as e: return 'error', str(e)[:500], code
-        except Exception as e: return 'error', f'internal: {type(e).__name__}: {str(e)[:300]}', code
-        if self.cache: self.cache.put(key, verdict, reason)
-        return verdict, reason, code
+        except LeanError as e: return 'error', str(e)[:500], code, {}
+        except Exception as e: return 'error', f'internal: {type(e).__name__}: {str(e)[:300]}', code, {}
+        if self.cache: self.cache.put(key, verdict, reason, extra)
+        return verdict, reason, code, extra
+
+    def _messages(self, reply:dict, header:str, sent:str, body:str) -> dict:
+        "Lean's messages about the proof, as verdict record fields (`messages`, and the cap with what it cut)."
+        msgs, cut = lean_messages(reply, body.count('\n') + 1, self._lines(header, sent, 0))
+        return {'messages': msgs, 'messages_cap': MESSAGE_CAP, 'messages_omitted': cut} if msgs or cut else {}
 
     def verify_one(self, problem:dict, sample:dict) -> dict:
         "The verdict record of one sample."
         if problem['name'] != sample['name']: raise BadInput(f"sample of {sample['name']!r} paired with problem {problem['name']!r}")
         t0 = time.perf_counter()
-        verdict, reason, code = self._check(problem, sample)
+        verdict, reason, code, extra = self._check(problem, sample)
         return {'name': sample['name'], 'sample_idx': sample['sample_idx'], 'verdict': verdict, 'reason': reason,
-                'proof': code, 'verify_s': round(time.perf_counter() - t0, 4)}
+                'proof': code, 'verify_s': round(time.perf_counter() - t0, 4), **extra}
 
     def verify_stream(self, pairs:Iterable[tuple[dict, dict]]) -> Iterator[dict]:
         "Verdicts of `(problem, sample)` pairs as they complete; the input is consumed lazily."
