@@ -48,7 +48,7 @@ def verifiable_text(problem:dict, completion:str, style:str='chat') -> str:
     if style=='chat': return completion
     return '```lean4\n' + statement_open(problem) + completion + '\n```'
 
-# %% ../nbs/prompts.ipynb #28c7fb14
+# %% ../nbs/prompts.ipynb #10f24cf0
 CORRECTION_PROMPT = ("The proof (Round {attempt}) is not correct. Following is the compilation error message, where we use "
                      "<error></error> to signal the position of the error.\n\n{feedback}\n\nBefore producing the Lean 4 code "
                      "to formally prove the given theorem, provide a detailed analysis of the error message.")

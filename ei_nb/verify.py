@@ -415,7 +415,7 @@ def judge(reply,                  # a Lean REPL reply: {'messages': [...], 'sorr
         return 'fail', f'axioms: {name} uses {", ".join(bad)}'
     return 'pass', None
 
-# %% ../nbs/01a_verify.ipynb #86fd1c52
+# %% ../nbs/01a_verify.ipynb #f8c2fdb5
 MESSAGE_CAP = 2000   # characters of message text kept per verdict: the first errors matter, a flood does not
 MESSAGE_FIELDS = ('messages', 'messages_cap', 'messages_omitted')
 
