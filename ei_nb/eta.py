@@ -9,7 +9,19 @@ from .core import atomic_write_json
 from .layout import read_stage_json
 
 # %% auto #0
-__all__ = ['ETA_KEYS', 'stage_work', 'model_seconds', 'eta_seconds', 'count_lines', 'hms', 'record_rate']
+__all__ = ['DPO_TOKEN_COST', 'ETA_KEYS', 'training_work', 'stage_work', 'model_seconds', 'eta_seconds', 'count_lines', 'hms',
+           'record_rate']
+
+# %% ../nbs/eta.ipynb #7d8fd489
+DPO_TOKEN_COST = 4 / 3   # a DPO token: policy forward + backward (3 units) plus the reference's forward (1 unit)
+
+def training_work(sft:dict, # the [sft] parameters in force
+                  P:int, e:dict) -> float:
+    "Training tokens of 02 in SFT-token units: SFT rows x epochs, plus DPO pairs x 2 sequences x epochs x 4/3."
+    objective = sft.get('objective', 'sft')
+    work = P * e['rows_per_problem'] * e['row_tokens'] * sft['epochs'] if objective != 'dpo' else 0.0
+    if objective != 'sft': work += P * sft['pairs_per_problem'] * 2 * e['row_tokens'] * sft['dpo_epochs'] * DPO_TOKEN_COST
+    return work
 
 # %% ../nbs/eta.ipynb #fc27c34e
 ETA_KEYS = {'r_gen': (1025.0, 'generated tokens/s'), 'T_pool': (5000.0, 'mean completion tokens, pool sampling'),
@@ -29,7 +41,7 @@ def stage_work(stage:str, cfg:dict, P:int, N:int, rnd:int=1) -> float:
     st, e = cfg['stages'], cfg['eta']
     if stage == '01_sample_verify': return P * st['01_sample_verify']['n']
     if stage == '04_eval': return N * st['04_eval']['n']
-    if stage == '02_sft': return P * e['rows_per_problem'] * e['row_tokens'] * st['02_sft']['epochs']
+    if stage == '02_sft': return training_work(st['02_sft'], P, e)
     if stage == '03_average': return e['model_bytes']
     return 1.0
 

@@ -22,7 +22,7 @@ OUTPUTS = {
     'inputs': ['inputs'],
     '00_select': ['measurement.jsonl', 'selected.jsonl', 'select.json'],
     '01_sample_verify': ['samples.jsonl', 'samples.jsonl.settings.json', 'verdicts.jsonl', 'sample_verify.json', 'sample_verify.png'],
-    '02_sft': ['sft.jsonl', 'sft.json', 'adapter', 'merged', 'checkpoints', 'train.json'],
+    '02_sft': ['sft.jsonl', 'sft.json', 'adapter', 'merged', 'checkpoints', 'train.json', 'dpo_pairs.jsonl', 'sft_model'],
     '03_average': ['model'],
     '04_eval': ['eval'],
     '05_stop_rule': ['decision.json'],
