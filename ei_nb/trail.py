@@ -11,9 +11,9 @@ from .core import BadInput, atomic_write_text
 
 # %% auto #0
 __all__ = ['RUNNER_HEADING', 'LIBRARY_TAG', 'SUMMARY_TAG', 'EXAMPLE_LABEL', 'runner_index', 'library_cells', 'tag_library_cells',
-           'reuse_note', 'summary_markdown', 'strip_papermill_copy', 'audit_copy', 'notebook_html', 'rounds_table',
-           'index_html', 'run_pages', 'stage_summary', 'render_page', 'render_run', 'report_cli', 'stage_sequence',
-           'notebook_links', 'strip_noise', 'label_examples', 'annotate_executed']
+           'reuse_note', 'summary_markdown', 'strip_noise', 'label_examples', 'strip_papermill_copy', 'audit_copy',
+           'notebook_html', 'rounds_table', 'index_html', 'run_pages', 'stage_summary', 'render_page', 'render_run',
+           'report_cli', 'stage_sequence', 'notebook_links', 'annotate_executed']
 
 # %% ../nbs/trail.ipynb #04f8c4bc
 RUNNER_HEADING = '## Run the stage'   # the heading that opens the runner section of every stage notebook
@@ -86,6 +86,60 @@ def summary_markdown(stage:dict, # the stage's `stage.json`
              '### Parameters in force', _table(stage.get('params') or {})]
     return '\n\n'.join(p for p in parts if p)
 
+# %% ../nbs/trail.ipynb #14297ce3
+import re
+_BAR = re.compile(r'^.*\d+%\|.*\|.*$')                                     # a tqdm progress bar
+_TQDM_WARN = re.compile(r'TqdmWarning: IProgress not found|^\s*from \.autonotebook import tqdm')
+_PROGRESS = re.compile(r'^\w[\w ]*: step \d+/\d+\b')                      # `train: step 30/660 loss ...`
+EXAMPLE_LABEL = 'example data: a self-test or example of the library on made-up inputs, not this run'
+
+def _quiet_lines(text:str) -> list[str]:
+    "The lines of a stream's text as a terminal would show them (a `\\r` redraws the line), without bars and tqdm's warning."
+    lines = [part.split('\r')[-1] for part in text.split('\n')]
+    return [l for l in lines if not (_BAR.match(l) or _TQDM_WARN.search(l))]
+
+def _shorten_steps(lines:list[str], keep:int) -> list[str]:
+    "Keep the first and last `keep` step-log lines, one line saying how many were left out."
+    steps = [i for i, l in enumerate(lines) if _PROGRESS.match(l)]
+    if len(steps) <= 2 * keep + 1: return lines
+    cut, out = set(steps[keep:-keep]), []
+    for i, l in enumerate(lines):
+        if i == steps[keep]: out.append(f'… {len(cut)} more step lines left out …')
+        if i not in cut: out.append(l)
+    return out
+
+def strip_noise(nb, keep:int=1) -> int:
+    "Drop progress bars and tqdm's widget warning from stream outputs, and shorten step logs to `keep` lines each end; lines dropped."
+    dropped = 0
+    for c in nb['cells']:
+        if not c.get('outputs'): continue
+        merged = []   # consecutive chunks of one stream become one output (a kernel flushes them piecemeal)
+        for o in c['outputs']:
+            if o.get('output_type') == 'stream' and merged and merged[-1].get('output_type') == 'stream' and merged[-1]['name'] == o['name']:
+                merged[-1] = dict(merged[-1], text=merged[-1]['text'] + ''.join(o['text']))
+            else: merged.append(dict(o, text=''.join(o['text'])) if o.get('output_type') == 'stream' else o)
+        outs = []
+        for o in merged:
+            if o.get('output_type') == 'stream':
+                raw = [l for l in o['text'].split('\n') if l]
+                lines = _shorten_steps([l for l in _quiet_lines(o['text']) if l.strip()], keep)
+                dropped += max(len(raw) - len(lines), 0)
+                if not lines: continue
+                o = dict(o, text='\n'.join(lines) + '\n')
+            outs.append(nbformat.from_dict(o))
+        c['outputs'] = outs
+    return dropped
+
+def label_examples(nb) -> int:
+    "Put `EXAMPLE_LABEL` above the outputs of every library cell that has any (in place); cells labelled."
+    n = 0
+    for c in nb['cells']:
+        if c.get('cell_type') != 'code' or LIBRARY_TAG not in c.get('metadata', {}).get('tags', []) or not c.get('outputs'): continue
+        if any(EXAMPLE_LABEL in str(o.get('data', {}).get('text/plain', '')) for o in c['outputs']): continue
+        c['outputs'].insert(0, nbformat.v4.new_output('display_data', data={'text/markdown': f'**{EXAMPLE_LABEL}**', 'text/plain': EXAMPLE_LABEL}))
+        n += 1
+    return n
+
 # %% ../nbs/trail.ipynb #ee97d8fd
 def strip_papermill_copy(nb) -> None:
     "Drop papermill's embedded copy of the input notebook (keep the input path when it is one)."
@@ -98,7 +152,7 @@ def audit_copy(nb, # an executed stage notebook
               ):
     "A copy for reading: the summary first, then the stage as it ran; library cells left out and named."
     out = copy.deepcopy(nb)
-    strip_papermill_copy(out)
+    strip_papermill_copy(out); strip_noise(out)   # a run recorded before the records were cleaned renders clean too
     hidden = [c for c in out['cells'] if LIBRARY_TAG in c.get('metadata', {}).get('tags', [])]
     cells = [c for c in out['cells'] if c not in hidden and SUMMARY_TAG not in c.get('metadata', {}).get('tags', [])]
     if hidden:
@@ -255,60 +309,6 @@ def notebook_links(layout, rnd:int, stage:str, last_round:int) -> dict:
     if i is not None and i + 1 < len(seq): out[f'next: {seq[i+1][1]}'] = _relative(layout.round(seq[i+1][0]).notebook(seq[i+1][1]), here)
     if rnd >= 1 and stage != '06_report': out["this round's report"] = '06_report.ipynb'
     return out
-
-# %% ../nbs/trail.ipynb #14297ce3
-import re
-_BAR = re.compile(r'^.*\d+%\|.*\|.*$')                                     # a tqdm progress bar
-_TQDM_WARN = re.compile(r'TqdmWarning: IProgress not found|^\s*from \.autonotebook import tqdm')
-_PROGRESS = re.compile(r'^\w[\w ]*: step \d+/\d+\b')                      # `train: step 30/660 loss ...`
-EXAMPLE_LABEL = 'example data: a self-test or example of the library on made-up inputs, not this run'
-
-def _quiet_lines(text:str) -> list[str]:
-    "The lines of a stream's text as a terminal would show them (a `\\r` redraws the line), without bars and tqdm's warning."
-    lines = [part.split('\r')[-1] for part in text.split('\n')]
-    return [l for l in lines if not (_BAR.match(l) or _TQDM_WARN.search(l))]
-
-def _shorten_steps(lines:list[str], keep:int) -> list[str]:
-    "Keep the first and last `keep` step-log lines, one line saying how many were left out."
-    steps = [i for i, l in enumerate(lines) if _PROGRESS.match(l)]
-    if len(steps) <= 2 * keep + 1: return lines
-    cut, out = set(steps[keep:-keep]), []
-    for i, l in enumerate(lines):
-        if i == steps[keep]: out.append(f'… {len(cut)} more step lines left out …')
-        if i not in cut: out.append(l)
-    return out
-
-def strip_noise(nb, keep:int=1) -> int:
-    "Drop progress bars and tqdm's widget warning from stream outputs, and shorten step logs to `keep` lines each end; lines dropped."
-    dropped = 0
-    for c in nb['cells']:
-        if not c.get('outputs'): continue
-        merged = []   # consecutive chunks of one stream become one output (a kernel flushes them piecemeal)
-        for o in c['outputs']:
-            if o.get('output_type') == 'stream' and merged and merged[-1].get('output_type') == 'stream' and merged[-1]['name'] == o['name']:
-                merged[-1] = dict(merged[-1], text=merged[-1]['text'] + ''.join(o['text']))
-            else: merged.append(dict(o, text=''.join(o['text'])) if o.get('output_type') == 'stream' else o)
-        outs = []
-        for o in merged:
-            if o.get('output_type') == 'stream':
-                raw = [l for l in o['text'].split('\n') if l]
-                lines = _shorten_steps([l for l in _quiet_lines(o['text']) if l.strip()], keep)
-                dropped += max(len(raw) - len(lines), 0)
-                if not lines: continue
-                o = dict(o, text='\n'.join(lines) + '\n')
-            outs.append(nbformat.from_dict(o))
-        c['outputs'] = outs
-    return dropped
-
-def label_examples(nb) -> int:
-    "Put `EXAMPLE_LABEL` above the outputs of every library cell that has any (in place); cells labelled."
-    n = 0
-    for c in nb['cells']:
-        if c.get('cell_type') != 'code' or LIBRARY_TAG not in c.get('metadata', {}).get('tags', []) or not c.get('outputs'): continue
-        if any(EXAMPLE_LABEL in str(o.get('data', {}).get('text/plain', '')) for o in c['outputs']): continue
-        c['outputs'].insert(0, nbformat.v4.new_output('display_data', data={'text/markdown': f'**{EXAMPLE_LABEL}**', 'text/plain': EXAMPLE_LABEL}))
-        n += 1
-    return n
 
 # %% ../nbs/trail.ipynb #89013f9b
 def annotate_executed(nb_path, # an executed stage notebook
