@@ -330,7 +330,9 @@ def decision_text(run:dict) -> str:
            'plateau': 'two consecutive rounds each gained less than the plateau threshold over the best round before them',
            'budget': f'the round budget ({r} rounds) is spent',
            'data': f"the data ran out: {dec.get('detail')}"}.get(dec.get('reason'))
-    if not dec.get('stop'): return f'After round {r} the pre-registered rule says go on (S = {scores}); best round so far: {dec.get("best_round")}.'
+    if not dec.get('stop'):
+        b = dec.get('best_round')
+        return f'After round {r} the pre-registered rule says go on (S = {scores}); best so far: round {b}' + (' (the base model).' if b == 0 else '.')
     best = dec.get('best_round')
     return (f"After round {r} the run stopped: {why}. "
             + (f"The best round is {best} (its model is `best/`)." if best else
