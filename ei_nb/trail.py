@@ -10,15 +10,17 @@ import nbformat
 from .core import BadInput, atomic_write_text
 
 # %% auto #0
-__all__ = ['RUNNER_HEADING', 'LIBRARY_TAG', 'SUMMARY_TAG', 'EXAMPLE_LABEL', 'runner_index', 'library_cells', 'tag_library_cells',
-           'reuse_note', 'summary_markdown', 'strip_noise', 'label_examples', 'strip_papermill_copy', 'audit_copy',
-           'notebook_html', 'rounds_table', 'index_html', 'run_pages', 'stage_summary', 'render_page', 'render_run',
-           'report_cli', 'stage_sequence', 'notebook_links', 'annotate_executed']
+__all__ = ['RUNNER_HEADING', 'LIBRARY_TAG', 'SUMMARY_TAG', 'PARAMETER_TAGS', 'EXAMPLE_LABEL', 'runner_index', 'library_cells',
+           'tag_library_cells', 'reuse_note', 'summary_markdown', 'strip_noise', 'label_examples',
+           'strip_papermill_copy', 'audit_copy', 'notebook_html', 'rounds_table', 'index_html', 'run_pages',
+           'stage_summary', 'render_page', 'render_run', 'report_cli', 'stage_sequence', 'notebook_links',
+           'annotate_executed']
 
 # %% ../nbs/trail.ipynb #04f8c4bc
 RUNNER_HEADING = '## Run the stage'   # the heading that opens the runner section of every stage notebook
 LIBRARY_TAG = 'library'                # cells above the runner: exported code, examples, self-tests
 SUMMARY_TAG = 'audit-summary'          # the summary cell the trail puts on top of an executed stage
+PARAMETER_TAGS = ('parameters', 'injected-parameters')   # papermill's cells: the defaults and the values it injected
 
 def _src(cell) -> str: return cell['source'] if isinstance(cell['source'], str) else ''.join(cell['source'])
 
@@ -150,14 +152,19 @@ def audit_copy(nb, # an executed stage notebook
                summary:str|None=None, # markdown put on top (`summary_markdown`)
                source:str='', # where the library cells can be read, e.g. `nbs/04_eval.ipynb`
               ):
-    "A copy for reading: the summary first, then the stage as it ran; library cells left out and named."
+    "A copy for reading: the summary first, then the stage as it ran; library and parameter cells left out and named."
     out = copy.deepcopy(nb)
     strip_papermill_copy(out); strip_noise(out)   # a run recorded before the records were cleaned renders clean too
-    hidden = [c for c in out['cells'] if LIBRARY_TAG in c.get('metadata', {}).get('tags', [])]
-    cells = [c for c in out['cells'] if c not in hidden and SUMMARY_TAG not in c.get('metadata', {}).get('tags', [])]
-    if hidden:
+    def tagged(c, tags): return bool(set(c.get('metadata', {}).get('tags', [])) & set(tags))
+    hidden = [c for c in out['cells'] if tagged(c, [LIBRARY_TAG])]
+    params = [c for c in out['cells'] if tagged(c, PARAMETER_TAGS)]   # defaults and injected values: the summary has those in force
+    cells = [c for c in out['cells'] if c not in hidden and c not in params and not tagged(c, [SUMMARY_TAG])
+             and not _src(c).startswith('#| default_exp')]   # nbdev's module line says nothing about the run
+    if hidden or params:
         at = next((i for i, c in enumerate(cells) if c['cell_type'] == 'markdown'), -1) + 1
-        note = f'*{len(hidden)} library and self-test cells are not shown here' + (f'; read them in `{source}`.*' if source else '.*')
+        what = ' and '.join(w for w, n in ((f'{len(hidden)} library and self-test cells', hidden), ('the parameter cells', params)) if n)
+        note = (f'*{what} are not shown here' + (' (the parameters in force are in the summary)' if params else '')
+                + (f'; read them in `{source}`.*' if source else '.*'))
         cells.insert(at, nbformat.v4.new_markdown_cell(note))
     if summary: cells.insert(0, nbformat.v4.new_markdown_cell(summary, metadata={'tags': [SUMMARY_TAG]}))
     out['cells'] = cells
