@@ -66,6 +66,10 @@ def _table(d:dict) -> str:
     if not d: return '(none)'
     return '| | |\n|---|---|\n' + '\n'.join(f'| {k} | {_value(v)} |' for k, v in d.items())
 
+def _inline(d:dict) -> str:
+    "Many short values on a few lines, not a row each: `k` = v · ..."
+    return ' · '.join(f'{k} = {_value(v)}' for k, v in d.items()) if d else '(none)'
+
 def _links(links:dict) -> str:
     return ' · '.join(f'[{label}]({href})' for label, href in links.items() if href)
 
@@ -85,7 +89,7 @@ def summary_markdown(stage:dict, # the stage's `stage.json`
     parts = [head, f"Wall time: {wall:,.1f} s." if isinstance(wall, (int, float)) else '',
              _links(links or {}), reuse_note(stage), '### Headline numbers', _table(stage.get('headline') or {}),
              '### Inputs', _bullets(stage.get('inputs') or {}), '### Outputs', _bullets(stage.get('outputs') or {}),
-             '### Parameters in force', _table(stage.get('params') or {})]
+             '### Parameters in force', _inline(stage.get('params') or {})]
     return '\n\n'.join(p for p in parts if p)
 
 # %% ../nbs/trail.ipynb #14297ce3
