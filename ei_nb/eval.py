@@ -9,7 +9,7 @@ from .core import BadInput, read_frame
 
 # %% auto #0
 __all__ = ['pass_at_k', 'pass_at_k_array', 'problem_counts', 'pass_at_k_mean', 'score', 'stats_cli', 'check_scored_set',
-           'eval_summary', 'plot_pass_counts', 'plot_lengths', 'plot_eval', 'run_eval', 'eval_cli']
+           'eval_summary', 'plot_pass_counts', 'plot_lengths', 'plot_eval', 'figure_image', 'run_eval', 'eval_cli']
 
 # %% ../nbs/04_eval.ipynb #9510063f
 def pass_at_k(n:int, # samples of the problem
@@ -97,12 +97,17 @@ def eval_summary(samples:list[dict], # sample records
         'verdict_counts': {k: int(c) for k,c in v['verdict'].value_counts().sort_index().items()}}
 
 # %% ../nbs/04_eval.ipynb #bcdacdd3
+def _integer_y(ax):
+    from matplotlib.ticker import MaxNLocator
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))   # counts: no fractional ticks
+
 def plot_pass_counts(ax, verdicts:list[dict], n:int):
     "Bar chart on `ax`: number of problems by passing samples (0..n)."
     import pandas as pd
     c = problem_counts(pd.DataFrame(verdicts, columns=['name', 'sample_idx', 'verdict']))['c'] if verdicts else pd.Series(dtype=int)
     ax.bar(range(n + 1), [int((c == k).sum()) for k in range(n + 1)], color='tab:blue')
     ax.set_xticks(range(0, n + 1, max(1, (n + 1) // 9)))
+    _integer_y(ax)
     ax.set(xlabel=f'passing samples (of {n})', ylabel='problems', title=f'pass counts per problem: solved {int((c > 0).sum())}/{len(c)}')
     return ax
 
@@ -110,6 +115,7 @@ def plot_lengths(ax, samples:list[dict], cap:int):
     "Histogram on `ax` of completion tokens, the cap marked."
     ax.hist([s['n_tokens'] for s in samples], bins=40, color='tab:gray')
     ax.axvline(cap, color='tab:red', ls='--', label=f'cap {cap:,}')
+    _integer_y(ax)
     ax.set(xlabel='completion tokens', ylabel='samples', title=f'lengths: {sum(s["capped"] for s in samples)} of {len(samples)} capped')
     ax.legend()
     return ax
@@ -123,6 +129,13 @@ def plot_eval(samples:list[dict], verdicts:list[dict], n:int, cap:int, path=None
     fig.tight_layout()
     if path: fig.savefig(path, dpi=100)
     return fig
+
+def figure_image(fig, dpi:int=100):
+    "`fig` as an IPython PNG image: a bare `Figure` has no inline display hook (a notebook would show only its repr)."
+    import io
+    from IPython.display import Image
+    buf = io.BytesIO(); fig.savefig(buf, format='png', dpi=dpi)
+    return Image(buf.getvalue())
 
 # %% ../nbs/04_eval.ipynb #63dc6b0c
 def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF2F-valid)

@@ -10,7 +10,8 @@ from .core import BadInput, read_frame, read_problems
 # %% auto #0
 __all__ = ['mcnemar_p', 'solved_by_problem', 'mcnemar_table', 'mcnemar_power', 'min_detectable_effect', 'power_statement',
            'mcnemar_files', 'mcnemar_cli', 'load_run', 'example_run', 'round_table', 'mcnemar_rows', 'save_figure',
-           'plot_bands', 'plot_scores', 'plot_sft', 'plot_pass_at_k', 'plot_lengths', 'decision_text']
+           'plot_bands', 'plot_scores', 'plot_sft', 'plot_pass_at_k', 'plot_lengths', 'decision_text',
+           'solved_by_round', 'solved_summary', 'pool_pass_rates']
 
 # %% ../nbs/06_report.ipynb #5bd7e245
 def mcnemar_p(b:int, c:int) -> float:
@@ -73,14 +74,20 @@ def min_detectable_effect(n:int, p_disc:float=0.12, power:float=0.8, alpha:float
     return None
 
 # %% ../nbs/06_report.ipynb #3960299f
-def power_statement(n:int, p_disc:float, alpha:float=0.05) -> str:
+def power_statement(n:int, # paired problems
+                    p_disc:float, # share of discordant problems: observed, or assumed when none was observed
+                    alpha:float=0.05, # level of the test
+                    assumed:bool=False, # True: `p_disc` is an assumption (the comparison had no discordant problem)
+                   ) -> str:
     "A plain-language sentence on what a paired comparison of this size can detect."
-    p4, mde = mcnemar_power(n, min(0.04, p_disc), p_disc, alpha), min_detectable_effect(n, p_disc, 0.8, alpha)
-    mde_txt = f'+{mde*100:.1f} pp' if mde else f'no effect up to +{p_disc*100:.0f} pp'
-    return (f'With {n} paired problems and {p_disc*100:.0f}% of them discordant, the exact McNemar test at level {alpha} '
-            f'detects a true gain of +4 pp with probability {p4:.2f}; 80% power needs {mde_txt}. '
-            f'A non-significant result is therefore weak evidence of no effect, and a significant one at this size '
-            f'should be confirmed on held-out data.')
+    gain = min(0.04, p_disc)   # a gain cannot exceed the discordant share
+    p4, mde = mcnemar_power(n, gain, p_disc, alpha), min_detectable_effect(n, p_disc, 0.8, alpha)
+    share = (f'assuming {p_disc:.0%} of them discordant (none was observed, so the share cannot be measured)' if assumed
+             else f'{p_disc:.0%} of them observed discordant')
+    mde_txt = f'80% power needs a gain of +{mde*100:.1f} pp or more' if mde else f'no gain up to +{p_disc*100:.0f} pp reaches 80% power'
+    return (f'With {n} paired problems, {share}, the exact McNemar test at level {alpha} detects a true gain of '
+            f'+{gain*100:.0f} pp with probability {p4:.2f}; {mde_txt}. A non-significant result is therefore weak evidence '
+            f'of no effect, and a significant one at this size should be confirmed on held-out data.')
 
 # %% ../nbs/06_report.ipynb #a1678551
 def mcnemar_files(a_path, b_path, problems_path=None) -> dict:
@@ -166,7 +173,7 @@ def example_run(out_dir, n_problems:int=24, n:int=4, rounds:int=2, seed:int=0) -
         write_records(R.verdicts, verdicts(sel, rng.uniform(0.2, 0.9, len(sel)), r))
         write_records(R.samples, samples(sel, r, 320))
         losses = list(np.exp(-np.linspace(0, 2, 6)) * 2)
-        atomic_write_json(R.sft_json, {'data': {'rows': 2 * len(sel), 'problems': len(sel)}, 'rows': 2 * len(sel), 'steps': 6,
+        atomic_write_json(R.sft_json, {'data': {'rows': 2 * len(sel), 'problems_kept': len(sel)}, 'rows': 2 * len(sel), 'steps': 6,
                                        'first_loss': losses[0], 'final_loss': losses[-1], 'losses': losses})
         S.append(eval_round(R, r, 0.05 * r))
         dec = {'stop': r == rounds, 'reason': 'budget' if r == rounds else None, 'best_round': int(np.argmax(S[1:])) + 1, 'scores': S[1:]}
@@ -208,8 +215,7 @@ def mcnemar_rows(run:dict, alpha:float=0.05, p_disc_assumed:float=0.12) -> 'pd.D
             p_disc = (t['b'] + t['c']) / t['n'] if t['n'] else 0
             rows.append({'round': r['round'], 'against': label, **{k: t[k] for k in ('n', 'both', 'neither', 'b', 'c', 'net', 'p_value')},
                          'significant': t['p_value'] <= alpha,
-                         'power': power_statement(t['n'], p_disc if p_disc > 0 else p_disc_assumed, alpha)
-                                  + ('' if p_disc > 0 else f' (No discordant problem: {p_disc_assumed:.0%} assumed.)')})
+                         'power': power_statement(t['n'], p_disc if p_disc > 0 else p_disc_assumed, alpha, assumed=p_disc == 0)})
         prev = (f"round {r['round']}", cur)
     return pd.DataFrame(rows)
 
@@ -239,18 +245,26 @@ def plot_bands(run:dict):
     fig.tight_layout()
     return fig
 
+def _integer_axes(ax, x:bool=True, y:bool=True):
+    "Integer ticks on the axes that count things (rounds, problems, samples)."
+    from matplotlib.ticker import MaxNLocator
+    if x: ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    if y: ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+
 def plot_scores(run:dict):
-    "S_r across rounds, the baseline S_0 as a line, the best round marked."
+    "S_r across rounds starting at S_0 (the base model, round 0), the best round marked."
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
-    rs = [(r['round'], r['eval']['solved']) for r in run['rounds'] if r['eval']]
-    if run['S_0'] is not None: ax.axhline(run['S_0'], ls='--', c='gray', label=f"baseline S_0 = {run['S_0']}")
-    if rs: ax.plot(*zip(*rs), 'o-', label='S_r')
+    rs = ([(0, run['S_0'])] if run['S_0'] is not None else []) + [(r['round'], r['eval']['solved']) for r in run['rounds'] if r['eval']]
+    if run['S_0'] is not None: ax.axhline(run['S_0'], ls='--', c='gray', lw=1, label=f"base model S_0 = {run['S_0']}")
+    if rs: ax.plot(*zip(*rs), 'o-', label='S_r (round 0: base model)')
     dec = next((r['decision'] for r in reversed(run['rounds']) if r['decision']), None)
-    if dec and dec.get('best_round'): ax.axvline(dec['best_round'], ls=':', c='g', label=f"best round {dec['best_round']}")
+    if dec and dec.get('best_round') is not None:
+        b = dec['best_round']
+        ax.axvline(b, ls=':', c='g', label=f"best: round {b}" + (' (the base model)' if b == 0 else ''))
     n = next((r['eval'].get('n_problems') for r in run['rounds'] if r['eval']), None)
     ax.set(xlabel='round', ylabel=f'solved (of {n})' if n else 'solved', title='S_r: scored problems solved by ≥ 1 sample')
-    ax.set_xticks([0] + [r for r, _ in rs]); ax.legend(fontsize=8); fig.tight_layout()
+    _integer_axes(ax); ax.set_xticks([r for r, _ in rs] or [0]); ax.legend(fontsize=8); fig.tight_layout()
     return fig
 
 def plot_sft(run:dict):
@@ -259,10 +273,12 @@ def plot_sft(run:dict):
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.2))
     rs = [r for r in run['rounds'] if r['sft']]
     a.bar([r['round'] for r in rs], [r['sft'].get('rows', (r['sft'].get('data') or {}).get('rows', 0)) or 0 for r in rs])
-    a.set(xlabel='round', ylabel='SFT rows', title='rows kept for training')
+    a.set(xlabel='round', ylabel='SFT rows (one accepted sample each)', title='rows kept for training')
+    a.set_xticks([r['round'] for r in rs]); _integer_axes(a, x=False)
     for r in rs:
         if r['sft'].get('losses'): b.plot(range(1, len(r['sft']['losses']) + 1), r['sft']['losses'], '.-', label=f"round {r['round']}")
     b.set(xlabel='optimizer step', ylabel='loss (nats/token)', title='SFT loss'); b.legend(fontsize=8) if rs else None
+    _integer_axes(b, y=False)
     fig.tight_layout()
     return fig
 
@@ -272,12 +288,16 @@ def plot_pass_at_k(run:dict):
     from ei_nb.core import read_frame
     from ei_nb.eval import problem_counts, pass_at_k_mean
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    curves = {}   # identical curves are drawn once, labelled with every round they belong to
     for label, path in [('round 0 (base)', run['baseline_verdicts'])] + [(f"round {r['round']}", r['files'].eval_verdicts) for r in run['rounds']]:
         if not Path(path).exists(): continue
         c = problem_counts(read_frame(path, 'verdict', columns=['name', 'sample_idx', 'verdict']))
-        ks = list(range(1, int(c['n'].min()) + 1))
-        ax.plot(ks, [pass_at_k_mean(c, k) for k in ks], 'o-', label=label)
+        ks = tuple(range(1, int(c['n'].min()) + 1))
+        curves.setdefault((ks, tuple(round(pass_at_k_mean(c, k), 9) for k in ks)), []).append(label)
+    for ((ks, ys), labels), marker in zip(curves.items(), 'osD^v<>p*h'):
+        ax.plot(ks, ys, marker + '-', label=' = '.join(labels) + (' (identical)' if len(labels) > 1 else ''))
     ax.set(xlabel='k', ylabel='pass@k', title='pass@k on the scored set (unbiased estimator)'); ax.legend(fontsize=8)
+    _integer_axes(ax, y=False)
     fig.tight_layout()
     return fig
 
@@ -287,12 +307,15 @@ def plot_lengths(run:dict):
     from ei_nb.core import iter_jsonl
     fig, ax = plt.subplots(figsize=(6, 3.2))
     d0 = run['layout'].round(0).eval_samples
+    caps = {(r['eval'].get('sampler') or {}).get('max_new_tokens') for r in run['rounds'] if r['eval']} - {None}
     for label, path in [('round 0 (base)', d0)] + [(f"round {r['round']}", r['files'].eval_samples) for r in run['rounds']]:
         if not path.exists(): continue
         s = [x for _, x in iter_jsonl(path)]
         ax.hist([x['n_tokens'] for x in s], bins=30, histtype='step', lw=1.5,
                 label=f"{label}: {sum(x['capped'] for x in s) / max(len(s), 1):.0%} capped")
+    for cap in sorted(caps): ax.axvline(cap, ls='--', c='r', lw=1, label=f'cap max_new_tokens = {cap:,}')
     ax.set(xlabel='completion tokens', ylabel='samples', title='evaluation completion lengths'); ax.legend(fontsize=8)
+    _integer_axes(ax, x=False)
     fig.tight_layout()
     return fig
 
@@ -307,7 +330,46 @@ def decision_text(run:dict) -> str:
            'plateau': 'two consecutive rounds each gained less than the plateau threshold over the best round before them',
            'budget': f'the round budget ({r} rounds) is spent',
            'data': f"the data ran out: {dec.get('detail')}"}.get(dec.get('reason'))
-    if not dec.get('stop'): return f'After round {r} the pre-registered rule says go on (S = {scores}); best round so far: {dec.get("best_round")}.'
+    if not dec.get('stop'):
+        b = dec.get('best_round')
+        return f'After round {r} the pre-registered rule says go on (S = {scores}); best so far: round {b}' + (' (the base model).' if b == 0 else '.')
     best = dec.get('best_round')
-    return (f"After round {r} the run stopped: {why}. The best round is {best}"
-            + (f" (its model is `best/`)." if best else " — no round beat the base model's place; `best/` is the base model."))
+    return (f"After round {r} the run stopped: {why}. "
+            + (f"The best round is {best} (its model is `best/`)." if best else
+               f"No round beat the base model (S_0 = {dec.get('S_0', run['S_0'])}), so the best model is the base model (round 0): `best/` points at it."))
+
+# %% ../nbs/06_report.ipynb #11cd821c
+def solved_by_round(run:dict) -> 'pd.DataFrame':
+    "Scored problems x models (round 0: the base): solved by at least one sample; `discordant` when the models disagree."
+    import pandas as pd
+    cols = [('round 0 (base)', run['baseline_verdicts'])] + [(f"round {r['round']}", r['files'].eval_verdicts) for r in run['rounds']]
+    df = pd.DataFrame({label: solved_by_problem(read_frame(p, 'verdict', columns=['name', 'sample_idx', 'verdict']))
+                       for label, p in cols if Path(p).exists()})
+    if run['scored'].exists(): df = df.reindex([q['name'] for q in read_problems(run['scored'])])
+    df = df.fillna(False).astype(bool)
+    df['discordant'] = df.nunique(axis=1) > 1
+    return df
+
+def solved_summary(solved:'pd.DataFrame') -> str:
+    "One sentence per model on what it solved, and the discordant problems by name."
+    models = [c for c in solved.columns if c != 'discordant']
+    disc = solved.index[solved['discordant']].tolist()
+    head = '; '.join(f'{m}: {int(solved[m].sum())} of {len(solved)}' for m in models)
+    if not disc: return f'Solved — {head}. No scored problem changed between models: every model solves the same problems.'
+    return f'Solved — {head}. Discordant ({len(disc)}): ' + ', '.join(f'`{n}`' for n in disc) + '.'
+
+def pool_pass_rates(run:dict) -> 'pd.DataFrame':
+    "Training problems (selected in some round) x samplings of the pool: pass rate, each column naming the model that sampled."
+    import pandas as pd
+    from ei_nb.select import pass_rates
+    L = run['layout']
+    def model(r): return 'base model' if r <= 1 else f'model of round {r - 1}'
+    cols = {}
+    for r in [0] + [x['round'] for x in run['rounds']]:
+        p = L.round(r).verdicts
+        if p.exists():
+            t = pass_rates(read_frame(p, 'verdict', columns=['name', 'sample_idx', 'verdict'])).set_index('name')
+            cols[f'round {r} ({model(r)})'] = t['pass_rate']
+    selected = sorted({json.loads(l)['name'] for x in run['rounds'] if x['files'].selected.exists()
+                       for l in x['files'].selected.read_text().splitlines() if l.strip()})
+    return pd.DataFrame(cols).reindex(selected)

@@ -10,15 +10,17 @@ import nbformat
 from .core import BadInput, atomic_write_text
 
 # %% auto #0
-__all__ = ['RUNNER_HEADING', 'LIBRARY_TAG', 'SUMMARY_TAG', 'runner_index', 'library_cells', 'tag_library_cells',
-           'summary_markdown', 'strip_papermill_copy', 'audit_copy', 'notebook_html', 'rounds_table', 'index_html',
-           'run_pages', 'stage_summary', 'render_page', 'render_run', 'report_cli', 'stage_sequence', 'notebook_links',
+__all__ = ['RUNNER_HEADING', 'LIBRARY_TAG', 'SUMMARY_TAG', 'PARAMETER_TAGS', 'EXAMPLE_LABEL', 'runner_index', 'library_cells',
+           'tag_library_cells', 'reuse_note', 'summary_markdown', 'strip_noise', 'label_examples',
+           'strip_papermill_copy', 'audit_copy', 'notebook_html', 'rounds_table', 'index_html', 'run_pages',
+           'stage_summary', 'render_page', 'render_run', 'report_cli', 'stage_sequence', 'notebook_links',
            'annotate_executed']
 
 # %% ../nbs/trail.ipynb #04f8c4bc
 RUNNER_HEADING = '## Run the stage'   # the heading that opens the runner section of every stage notebook
 LIBRARY_TAG = 'library'                # cells above the runner: exported code, examples, self-tests
 SUMMARY_TAG = 'audit-summary'          # the summary cell the trail puts on top of an executed stage
+PARAMETER_TAGS = ('parameters', 'injected-parameters')   # papermill's cells: the defaults and the values it injected
 
 def _src(cell) -> str: return cell['source'] if isinstance(cell['source'], str) else ''.join(cell['source'])
 
@@ -57,14 +59,26 @@ def _bullets(items:dict, hashes:bool=True) -> str:
 def _value(v) -> str:
     if isinstance(v, float): return f'{v:,.4g}'
     if isinstance(v, int) and not isinstance(v, bool): return f'{v:,}'
-    return f'`{v}`' if isinstance(v, str) else html.escape(json.dumps(v, default=str))
+    if isinstance(v, str): return f'`{v}`'
+    return '`' + json.dumps(v, default=str, separators=(', ', ': ')).replace('|', '/').replace('`', "'") + '`'
 
 def _table(d:dict) -> str:
     if not d: return '(none)'
     return '| | |\n|---|---|\n' + '\n'.join(f'| {k} | {_value(v)} |' for k, v in d.items())
 
+def _inline(d:dict) -> str:
+    "Many short values on a few lines, not a row each: `k` = v · ..."
+    return ' · '.join(f'{k} = {_value(v)}' for k, v in d.items()) if d else '(none)'
+
 def _links(links:dict) -> str:
     return ' · '.join(f'[{label}]({href})' for label, href in links.items() if href)
+
+def reuse_note(stage:dict) -> str:
+    "A sentence when the stage generated nothing because it reused an earlier sampling (else '')."
+    h, seed = stage.get('headline') or {}, (stage.get('inputs') or {}).get('seed_samples')
+    if not seed or h.get('n_generated', 1) != 0: return ''
+    return (f"**Reused samples**: all {h.get('n_samples', '?')} samples come from the earlier sampling `{_path_of(seed)}` "
+            "(the same model): nothing was generated here, so its generation time and overlap are 0 by construction.")
 
 def summary_markdown(stage:dict, # the stage's `stage.json`
                      links:dict|None=None, # label -> relative link (previous/next stage, the round's report)
@@ -73,10 +87,64 @@ def summary_markdown(stage:dict, # the stage's `stage.json`
     wall = stage.get('wall_s')
     head = f"## Summary of `{stage.get('stage', '?')}`" + (f" — round {stage['round']}" if 'round' in stage else '')
     parts = [head, f"Wall time: {wall:,.1f} s." if isinstance(wall, (int, float)) else '',
-             _links(links or {}), '### Headline numbers', _table(stage.get('headline') or {}),
+             _links(links or {}), reuse_note(stage), '### Headline numbers', _table(stage.get('headline') or {}),
              '### Inputs', _bullets(stage.get('inputs') or {}), '### Outputs', _bullets(stage.get('outputs') or {}),
-             '### Parameters in force', _table(stage.get('params') or {})]
+             '### Parameters in force', _inline(stage.get('params') or {})]
     return '\n\n'.join(p for p in parts if p)
+
+# %% ../nbs/trail.ipynb #14297ce3
+import re
+_BAR = re.compile(r'^.*\d+%\|.*\|.*$')                                     # a tqdm progress bar
+_TQDM_WARN = re.compile(r'TqdmWarning: IProgress not found|^\s*from \.autonotebook import tqdm')
+_PROGRESS = re.compile(r'^\w[\w ]*: step \d+/\d+\b')                      # `train: step 30/660 loss ...`
+EXAMPLE_LABEL = 'example data: a self-test or example of the library on made-up inputs, not this run'
+
+def _quiet_lines(text:str) -> list[str]:
+    "The lines of a stream's text as a terminal would show them (a `\\r` redraws the line), without bars and tqdm's warning."
+    lines = [part.split('\r')[-1] for part in text.split('\n')]
+    return [l for l in lines if not (_BAR.match(l) or _TQDM_WARN.search(l))]
+
+def _shorten_steps(lines:list[str], keep:int) -> list[str]:
+    "Keep the first and last `keep` step-log lines, one line saying how many were left out."
+    steps = [i for i, l in enumerate(lines) if _PROGRESS.match(l)]
+    if len(steps) <= 2 * keep + 1: return lines
+    cut, out = set(steps[keep:-keep]), []
+    for i, l in enumerate(lines):
+        if i == steps[keep]: out.append(f'… {len(cut)} more step lines left out …')
+        if i not in cut: out.append(l)
+    return out
+
+def strip_noise(nb, keep:int=1) -> int:
+    "Drop progress bars and tqdm's widget warning from stream outputs, and shorten step logs to `keep` lines each end; lines dropped."
+    dropped = 0
+    for c in nb['cells']:
+        if not c.get('outputs'): continue
+        merged = []   # consecutive chunks of one stream become one output (a kernel flushes them piecemeal)
+        for o in c['outputs']:
+            if o.get('output_type') == 'stream' and merged and merged[-1].get('output_type') == 'stream' and merged[-1]['name'] == o['name']:
+                merged[-1] = dict(merged[-1], text=merged[-1]['text'] + ''.join(o['text']))
+            else: merged.append(dict(o, text=''.join(o['text'])) if o.get('output_type') == 'stream' else o)
+        outs = []
+        for o in merged:
+            if o.get('output_type') == 'stream':
+                raw = [l for l in o['text'].split('\n') if l]
+                lines = _shorten_steps([l for l in _quiet_lines(o['text']) if l.strip()], keep)
+                dropped += max(len(raw) - len(lines), 0)
+                if not lines: continue
+                o = dict(o, text='\n'.join(lines) + '\n')
+            outs.append(nbformat.from_dict(o))
+        c['outputs'] = outs
+    return dropped
+
+def label_examples(nb) -> int:
+    "Put `EXAMPLE_LABEL` above the outputs of every library cell that has any (in place); cells labelled."
+    n = 0
+    for c in nb['cells']:
+        if c.get('cell_type') != 'code' or LIBRARY_TAG not in c.get('metadata', {}).get('tags', []) or not c.get('outputs'): continue
+        if any(EXAMPLE_LABEL in str(o.get('data', {}).get('text/plain', '')) for o in c['outputs']): continue
+        c['outputs'].insert(0, nbformat.v4.new_output('display_data', data={'text/markdown': f'**{EXAMPLE_LABEL}**', 'text/plain': EXAMPLE_LABEL}))
+        n += 1
+    return n
 
 # %% ../nbs/trail.ipynb #ee97d8fd
 def strip_papermill_copy(nb) -> None:
@@ -88,14 +156,19 @@ def audit_copy(nb, # an executed stage notebook
                summary:str|None=None, # markdown put on top (`summary_markdown`)
                source:str='', # where the library cells can be read, e.g. `nbs/04_eval.ipynb`
               ):
-    "A copy for reading: the summary first, then the stage as it ran; library cells left out and named."
+    "A copy for reading: the summary first, then the stage as it ran; library and parameter cells left out and named."
     out = copy.deepcopy(nb)
-    strip_papermill_copy(out)
-    hidden = [c for c in out['cells'] if LIBRARY_TAG in c.get('metadata', {}).get('tags', [])]
-    cells = [c for c in out['cells'] if c not in hidden and SUMMARY_TAG not in c.get('metadata', {}).get('tags', [])]
-    if hidden:
+    strip_papermill_copy(out); strip_noise(out)   # a run recorded before the records were cleaned renders clean too
+    def tagged(c, tags): return bool(set(c.get('metadata', {}).get('tags', [])) & set(tags))
+    hidden = [c for c in out['cells'] if tagged(c, [LIBRARY_TAG])]
+    params = [c for c in out['cells'] if tagged(c, PARAMETER_TAGS)]   # defaults and injected values: the summary has those in force
+    cells = [c for c in out['cells'] if c not in hidden and c not in params and not tagged(c, [SUMMARY_TAG])
+             and not _src(c).startswith('#| default_exp')]   # nbdev's module line says nothing about the run
+    if hidden or params:
         at = next((i for i, c in enumerate(cells) if c['cell_type'] == 'markdown'), -1) + 1
-        note = f'*{len(hidden)} library and self-test cells are not shown here' + (f'; read them in `{source}`.*' if source else '.*')
+        what = ' and '.join(w for w, n in ((f'{len(hidden)} library and self-test cells', hidden), ('the parameter cells', params)) if n)
+        note = (f'*{what} are not shown here' + (' (the parameters in force are in the summary)' if params else '')
+                + (f'; read them in `{source}`.*' if source else '.*'))
         cells.insert(at, nbformat.v4.new_markdown_cell(note))
     if summary: cells.insert(0, nbformat.v4.new_markdown_cell(summary, metadata={'tags': [SUMMARY_TAG]}))
     out['cells'] = cells
@@ -248,17 +321,17 @@ def notebook_links(layout, rnd:int, stage:str, last_round:int) -> dict:
     if rnd >= 1 and stage != '06_report': out["this round's report"] = '06_report.ipynb'
     return out
 
-# %% ../nbs/trail.ipynb #14297ce3
+# %% ../nbs/trail.ipynb #89013f9b
 def annotate_executed(nb_path, # an executed stage notebook
                       source, # the stage notebook it was executed from
                       stage_json, # the stage's stage.json (no summary when absent)
                       links:dict|None=None, # label -> relative link
                       rnd:int|None=None, # the round, for the summary's title
                      ) -> bool:
-    "Put the stage's summary on top of its executed notebook and drop papermill's input copy; whether a summary was added."
+    "Put the stage's summary on top of its executed notebook, drop papermill's input copy and the noise, label examples; whether a summary was added."
     from ei_nb.layout import read_stage_json
     nb = nbformat.read(nb_path, as_version=4)
-    strip_papermill_copy(nb)
+    strip_papermill_copy(nb); strip_noise(nb); label_examples(nb)
     if nb.metadata.get('papermill') is not None: nb.metadata['papermill']['input_path'] = str(source)
     rec = read_stage_json(stage_json)
     nb.cells = [c for c in nb.cells if SUMMARY_TAG not in c.get('metadata', {}).get('tags', [])]

@@ -1,5 +1,5 @@
 "The audit trail: stage notebooks are tagged so that their rendered pages show the stage, not the library."
-import copy, json
+import copy, json, os
 from pathlib import Path
 import pytest
 from ei_nb.trail import LIBRARY_TAG, library_cells, runner_index, tag_library_cells
@@ -46,3 +46,80 @@ def test_the_example_run_renders_as_a_readable_trail(tmp_path):
         assert '&lt;Figure size' not in text and '<Figure size' not in text, f'{page}: a figure shown as text'
         for link in re.findall(r'<a href="([^"#:]+)"', text):
             assert (page.parent / link).exists(), f'{page}: broken link {link}'
+
+
+# -- what the pages and the records of the committed example run must not show -----------------------------
+EXAMPLE_RUN = Path(os.environ.get('EI_EXAMPLE_RUN') or Path(__file__).resolve().parents[1] / 'runs' / 'demo-example')   # another finished run to check
+RECORDS = sorted(EXAMPLE_RUN.rglob('*.ipynb'))
+STRAY = ('<Figure size', '<IPython.core.display', '<function ', '<matplotlib.', 'TqdmWarning', 'it/s]')
+
+
+def _outputs(nb, library:bool|None=None):
+    "(cell, output) pairs; library=True/False keeps only library / runner cells."
+    for c in nb['cells']:
+        if library is not None and (LIBRARY_TAG in c.get('metadata', {}).get('tags', [])) != library: continue
+        for o in c.get('outputs', []): yield c, o
+
+
+def _text(o) -> str:
+    if o.get('output_type') == 'stream': return ''.join(o['text'])
+    d = o.get('data', {})
+    return '' if set(d) - {'text/plain'} else ''.join(d.get('text/plain', ''))   # a richer type is what a reader sees
+
+
+def test_the_example_run_has_records():
+    assert len(RECORDS) == 18, [p.relative_to(EXAMPLE_RUN) for p in RECORDS]
+
+
+@pytest.mark.parametrize('path', RECORDS, ids=lambda p: str(p.relative_to(EXAMPLE_RUN)))
+def test_records_are_clean(path):
+    "A record shows no figure or object as text, no progress bar or tqdm warning, and no second copy of its input."
+    nb = json.loads(path.read_text(encoding='utf-8'))
+    for c, o in _outputs(nb):
+        t = _text(o)
+        bad = [s for s in STRAY if s in t]
+        assert not bad, f'{path.name}: {bad} in the output of {"".join(c["source"])[:80]!r}'
+    pm = nb['metadata'].get('papermill', {})
+    assert isinstance(pm.get('input_path'), (str, type(None))), f'{path.name}: papermill embeds its input notebook'
+
+
+@pytest.mark.parametrize('path', RECORDS, ids=lambda p: str(p.relative_to(EXAMPLE_RUN)))
+def test_example_outputs_are_labelled(path):
+    "Every output of a library cell (self-tests and examples on made-up data) opens with the example-data label."
+    from ei_nb.trail import EXAMPLE_LABEL
+    nb = json.loads(path.read_text(encoding='utf-8'))
+    for c in nb['cells']:
+        if LIBRARY_TAG in c.get('metadata', {}).get('tags', []) and c.get('outputs'):
+            first = c['outputs'][0].get('data', {}).get('text/plain', '')
+            assert EXAMPLE_LABEL in ''.join(first), f'{path.name}: unlabelled example output in {"".join(c["source"])[:80]!r}'
+
+
+@pytest.mark.parametrize('path', RECORDS, ids=lambda p: str(p.relative_to(EXAMPLE_RUN)))
+def test_records_open_with_their_summary(path):
+    from ei_nb.trail import SUMMARY_TAG
+    nb = json.loads(path.read_text(encoding='utf-8'))
+    first = nb['cells'][0]
+    assert SUMMARY_TAG in first.get('metadata', {}).get('tags', []) and ''.join(first['source']).startswith('## Summary of')
+
+
+def test_pages_show_every_figure_as_an_image_and_no_example_data(tmp_path):
+    "Rendered pages: each PNG output of the shown cells is an <img>; no library output (example data) is on a page."
+    import re, shutil
+    import nbformat
+    from ei_nb.trail import EXAMPLE_LABEL, render_run, run_pages
+    run = tmp_path / 'run'
+    shutil.copytree(EXAMPLE_RUN, run)
+    index = render_run(run)
+    assert index.read_text(encoding='utf-8').count('<img ') == len(list((run / 'figures').glob('*.png'))) > 0
+    for p in run_pages(run):
+        text = p['page'].read_text(encoding='utf-8')
+        nb = nbformat.read(p['notebook'], as_version=4)
+        pngs = sum('image/png' in o.get('data', {}) for _, o in _outputs(nb, library=False))
+        assert len(re.findall(r'<img[^>]+src="data:image/png;base64,', text)) == pngs, p['page']
+        assert EXAMPLE_LABEL not in text, f"{p['page']}: a library output is on the page"
+        assert not [s for s in STRAY if html_escape(s) in text], p['page']
+
+
+def html_escape(s:str) -> str:
+    import html
+    return html.escape(s, quote=False)
