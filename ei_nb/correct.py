@@ -4,6 +4,7 @@
 
 # %% ../nbs/01c_correct.ipynb #e74dd7fa
 from __future__ import annotations
+import math
 from collections import Counter
 from pathlib import Path
 from .core import BadInput, atomic_write_json, read_problems, read_samples, read_verdicts, write_records
@@ -12,7 +13,7 @@ from .sft import _completion, encode, is_protected, load_tokenizer, protected_in
 
 # %% auto #0
 __all__ = ['LEAN_ERROR', 'is_fixable', 'correction_candidates', 'correction_prompt', 'correction_problem', 'correction_rows',
-           'run_correct']
+           'add_corrections', 'run_correct']
 
 # %% ../nbs/01c_correct.ipynb #2e910e48
 LEAN_ERROR = 'lean error: '
@@ -90,6 +91,17 @@ def correction_rows(cproblems:list[dict], samples:list[dict], verdicts:list[dict
                              'n_prompt_tokens': n_prompt, 'completion_tokens': by_idx[i]['n_tokens'],
                              'kind': 'correction', 'corrects': cp['corrects']})
     return rows, st
+
+# %% ../nbs/01c_correct.ipynb #b1a7ce09
+def add_corrections(rows:list[dict], # the round's ordinary SFT rows
+                    corrections:list[dict], # `correction_rows.jsonl`
+                    max_frac:float=0.25, # corrections at most this fraction of all rows
+                   ) -> tuple[list[dict], dict]:
+    "The rows with corrections appended (shortest first, up to `max_frac` of the total), and counts."
+    if not 0 <= max_frac < 1: raise BadInput(f'max_correction_frac must be in [0, 1), got {max_frac}')
+    room = math.floor(max_frac * len(rows) / (1 - max_frac) + 1e-9)
+    chosen = sorted(corrections, key=lambda r: (r['n_tokens'], r['name'], r['sample_idx']))[:room]
+    return rows + chosen, {'correction_rows': len(chosen), 'correction_rows_over_frac': len(corrections) - len(chosen)}
 
 # %% ../nbs/01c_correct.ipynb #42dbf79c
 def run_correct(problems_path, samples_path, verdicts_path, # the round's problems and its 01 records

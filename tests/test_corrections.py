@@ -166,3 +166,28 @@ def test_a_rerun_resumes_to_identical_files(tiny, tmp_path):
     (tmp_path/'a'/'correction_rows.jsonl').unlink()
     correct(tiny, tmp_path, tmp_path/'a')
     assert {f: (tmp_path/'a'/f).read_bytes() for f in first} == first
+
+
+def test_02_trains_on_capped_corrections(tmp_path):
+    "02 with `correction_rows_path`: corrections join the rows, at most `max_correction_frac` of them, protected never."
+    import papermill as pm
+    from ei_nb.core import write_records
+    p, fs = MINIF2F[NAME], FEW_SHOT[NAME]
+    corr = [{'name': NAME, 'sample_idx': i, 'round': 1, 'prompt': f'-- turn {i}\n' + p['formal_statement'], 'completion': fs['formal_proof'],
+             'eos': True, 'n_tokens': 40 + i, 'kind': 'correction', 'corrects': {'name': NAME, 'sample_idx': 9, 'round': 1}} for i in range(50)]
+    write_records(tmp_path/'corr.jsonl', corr)
+    nb = Path(__file__).resolve().parents[1]/'nbs'/'02_sft.ipynb'
+    pm.execute_notebook(str(nb), str(tmp_path/'out.ipynb'), kernel_name='python3', progress_bar=False, cwd=str(nb.parent),
+                        parameters={'out_dir': str(tmp_path/'round'), 'correction_rows_path': str(tmp_path/'corr.jsonl'),
+                                    'max_correction_frac': 0.2, 'max_steps': 1, 'min_rows': 1})
+    rows = [json.loads(l) for l in open(tmp_path/'round'/'sft.jsonl')]
+    got = [r for r in rows if r.get('kind') == 'correction']
+    data = json.loads((tmp_path/'round'/'sft.json').read_text())['data']
+    assert 0 < len(got) <= 0.2 * len(rows) + 1e-9 and data['correction_rows'] == len(got) and data['rows'] == len(rows)
+    assert [r['sample_idx'] for r in got] == list(range(len(got)))                  # the shortest first
+    write_records(tmp_path/'protected.jsonl', [{'name': NAME}])
+    with pytest.raises(pm.PapermillExecutionError, match='protected problem'):      # the guard covers correction rows too
+        pm.execute_notebook(str(nb), str(tmp_path/'out2.ipynb'), kernel_name='python3', progress_bar=False, cwd=str(nb.parent),
+                            parameters={'out_dir': str(tmp_path/'round2'), 'correction_rows_path': str(tmp_path/'corr.jsonl'),
+                                        'max_correction_frac': 0.2, 'max_steps': 1, 'min_rows': 1,
+                                        'protected_paths': [str(tmp_path/'protected.jsonl')]})
