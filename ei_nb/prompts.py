@@ -37,6 +37,7 @@ PROMPT_STYLES = ('chat', 'completion')
 
 def render_prompt(problem:dict, tokenizer=None, style:str='chat', template:str=GOEDEL_V2_PROMPT) -> str:
     "The exact text fed to the model for `problem` (chat template of `tokenizer` applied for `style='chat'`)."
+    if (own := problem.get('turn_prompt')) is not None: return own   # a record that carries its rendered turn (a correction)
     if style=='completion': return statement_open(problem)
     if style!='chat': raise BadInput(f'unknown prompt style {style!r}: use one of {PROMPT_STYLES}')
     user = template.format(code=statement_with_sorry(problem))
@@ -69,9 +70,10 @@ def error_feedback(code:str,           # the failed proof (the verdict's `proof`
                    messages:list[dict], # the verdict's `messages` (positions in `code`'s lines)
                    max_errors:int=8) -> str:
     "Lean's errors on `code`, each with the failing code quoted and marked: the body of the correction turn."
-    lines, errs = code.split('\n'), [m for m in messages if m.get('severity') == 'error' and m.get('line')]
-    parts = [f"\nError {i}:\n\nCorresponding Code:\n```lean4\n{_quoted(lines, m)}\n```\n\nError Message: {m['text']}\n"
-             for i, m in enumerate(errs[:max_errors], 1)]
+    lines = code.split('\n')
+    errs = [m for m in messages if m.get('severity') == 'error' and 'rule' not in m]   # the pre-check's rejections are no Lean feedback
+    quote = lambda m: f"\nCorresponding Code:\n```lean4\n{_quoted(lines, m)}\n```\n" if m.get('line') else ''
+    parts = [f"\nError {i}:\n{quote(m)}\nError Message: {m['text']}\n" for i, m in enumerate(errs[:max_errors], 1)]
     if len(errs) > max_errors: parts.append(f'\n... [Omitted {len(errs) - max_errors} more errors] ...\n')
     return ''.join(parts)
 

@@ -80,3 +80,114 @@ def test_correction_turn_on_a_real_statement():
     assert last.startswith('The proof (Round 0) is not correct.') and last.endswith('analysis of the error message.')
     assert '  <error>ring_nf</error>' in last and 'Error Message: no goals to be proved' in last
     assert CORRECTION_PROMPT.format(attempt=0, feedback='F') in last.replace(error_feedback(code, msgs), 'F')
+
+
+# ---------------------------------------------------------------- the 01c_correct stage
+class AcceptAll:
+    "A stand-in Lean that accepts every proof the pre-check lets through (its report names the theorem, no bad axiom)."
+    identity = {'backend': 'accept_all'}
+    def run(self, header, sent, timeout):
+        info = lambda line, data: {'severity': 'info', 'pos': {'line': line, 'column': 0}, 'data': data}
+        if '#print axioms' not in sent: return {'messages': [info(sent.count('\n'), 'ei-statement-type: T')]}   # the reference statement
+        at = sent.rindex('#print axioms')
+        line = sent[:at].count('\n') + 1
+        return {'messages': [info(line, f"'{sent[at:].split()[2]}' depends on axioms: [propext]"), info(line + 1, 'ei-statement-type: T')]}
+    def close(self): pass
+
+def accept_all(settings): return AcceptAll()
+
+
+@pytest.fixture(scope='module')
+def tiny(tmp_path_factory):
+    from ei_nb.tiny import build_tiny_model
+    return build_tiny_model(tmp_path_factory.mktemp('m')/'tiny')
+
+
+def round_files(d:Path):
+    "A round's 01 records: sample 0 failed with a Lean error, 1 was a pre-check cheat, 2 timed out, 3 passed."
+    from ei_nb.core import write_records
+    p, fs = MINIF2F[NAME], FEW_SHOT[NAME]
+    good = fs['formal_statement'] + fs['formal_proof']
+    bad = fs['formal_statement'] + '  linarith [foo]'
+    cheat = fs['formal_statement'] + '  sorry'
+    n_bad = bad.count('\n') + 1
+    samples = [sample(f'```lean4\n{c}\n```', i) for i, c in enumerate([bad, cheat, bad + ' ', good])]
+    verdicts = [{'name': NAME, 'sample_idx': 0, 'verdict': 'fail', 'proof': bad, 'reason': f"lean error: line {n_bad}: unknown identifier 'foo'",
+                 'messages': [{'severity': 'error', 'line': n_bad, 'column': 12, 'end_line': n_bad, 'end_column': 15, 'text': "unknown identifier 'foo'"}]},
+                {'name': NAME, 'sample_idx': 1, 'verdict': 'fail', 'proof': cheat, 'reason': 'sorry: line 3',
+                 'messages': [{'severity': 'error', 'rule': 'sorry', 'text': 'sorry: line 3'}]},
+                {'name': NAME, 'sample_idx': 2, 'verdict': 'error', 'proof': bad, 'reason': 'repl: timeout after 300 s'},
+                {'name': NAME, 'sample_idx': 3, 'verdict': 'pass', 'proof': good, 'reason': None}]
+    write_records(d/'selected.jsonl', [p], 'problem'); write_records(d/'samples.jsonl', samples, 'sample')
+    write_records(d/'verdicts.jsonl', verdicts, 'verdict')
+    return d/'selected.jsonl', d/'samples.jsonl', d/'verdicts.jsonl'
+
+
+from ei_nb.sample import SAMPLERS, TransformersSampler
+
+class Scripted(TransformersSampler):
+    "The tiny model's tokenizer with scripted corrections (a random tiny model writes no Lean the pre-check would pass)."
+    name = 'scripted'
+    ANSWERS = ['  nlinarith [sq_nonneg y]', '  ring', '  ring']
+    def generate(self, prompts, params, seeds):
+        return [[{'completion': self.ANSWERS[i % 3], 'n_tokens': len(self.ANSWERS[i % 3]) // 3, 'capped': False} for i in range(params.n)]
+                for _ in prompts]
+
+
+def correct(tiny, d, out, **kw):
+    from ei_nb.correct import run_correct
+    from ei_nb.sample import verifier_of
+    SAMPLERS['scripted'] = Scripted
+    return run_correct(*round_files(d), tiny, out, 1, n=kw.pop('n', 3), max_new_tokens=12, prompt_style='completion', sampler='scripted',
+                       verifier=verifier_of('tests.test_corrections:accept_all'), log=lambda *a: None, progress=False, **kw)
+
+
+def test_only_lean_failures_are_corrected_and_verified_ones_become_rows(tiny, tmp_path):
+    from ei_nb.sft import read_sft_rows
+    res = correct(tiny, tmp_path, tmp_path/'out')
+    assert (res['failures_tried'], res['corrections_sampled']) == (1, 3)          # the cheat, the timeout and the pass: never tried
+    tried = [json.loads(l) for l in open(tmp_path/'out'/'correction_problems.jsonl')]
+    assert [t['corrects']['sample_idx'] for t in tried] == [0] and "-- Error Message: unknown identifier 'foo'" in tried[0]['turn_prompt']
+    rows = read_sft_rows(tmp_path/'out'/'correction_rows.jsonl')
+    assert res['corrections_verified'] == 3 and len(rows) == res['rows'] == 1          # distinct, shortest, one per failure
+    assert res['keep'] == {'kept': 1, 'over_cap': 1, 'duplicate': 1} and rows[0]['completion'] == '  ring'
+    assert rows[0]['name'] == NAME and rows[0]['kind'] == 'correction' and rows[0]['corrects']['sample_idx'] == 0
+    assert rows[0]['prompt'] == tried[0]['turn_prompt']
+
+
+def test_protected_problems_are_never_correction_rows(tiny, tmp_path):
+    res = correct(tiny, tmp_path, tmp_path/'out', protected=[{'name': 'x', 'formal_statement': MINIF2F[NAME]['formal_statement']}])
+    assert res['rows'] == 0 and res['keep'] == {'dropped_protected': 1} and (tmp_path/'out'/'correction_rows.jsonl').read_text() == ''
+
+
+def test_a_rerun_resumes_to_identical_files(tiny, tmp_path):
+    correct(tiny, tmp_path, tmp_path/'a')
+    first = {f: (tmp_path/'a'/f).read_bytes() for f in ('correction_problems.jsonl', 'correction_samples.jsonl', 'correction_rows.jsonl')}
+    (tmp_path/'a'/'correction_rows.jsonl').unlink()
+    correct(tiny, tmp_path, tmp_path/'a')
+    assert {f: (tmp_path/'a'/f).read_bytes() for f in first} == first
+
+
+def test_02_trains_on_capped_corrections(tmp_path):
+    "02 with `correction_rows_path`: corrections join the rows, at most `max_correction_frac` of them, protected never."
+    import papermill as pm
+    from ei_nb.core import write_records
+    p, fs = MINIF2F[NAME], FEW_SHOT[NAME]
+    corr = [{'name': NAME, 'sample_idx': i, 'round': 1, 'prompt': f'-- turn {i}\n' + p['formal_statement'], 'completion': fs['formal_proof'],
+             'eos': True, 'n_tokens': 40 + i, 'kind': 'correction', 'corrects': {'name': NAME, 'sample_idx': 9, 'round': 1}} for i in range(50)]
+    write_records(tmp_path/'corr.jsonl', corr)
+    nb = Path(__file__).resolve().parents[1]/'nbs'/'02_sft.ipynb'
+    pm.execute_notebook(str(nb), str(tmp_path/'out.ipynb'), kernel_name='python3', progress_bar=False, cwd=str(nb.parent),
+                        parameters={'out_dir': str(tmp_path/'round'), 'correction_rows_path': str(tmp_path/'corr.jsonl'),
+                                    'max_correction_frac': 0.2, 'max_steps': 1, 'min_rows': 1})
+    rows = [json.loads(l) for l in open(tmp_path/'round'/'sft.jsonl')]
+    got = [r for r in rows if r.get('kind') == 'correction']
+    data = json.loads((tmp_path/'round'/'sft.json').read_text())['data']
+    assert 0 < len(got) <= 0.2 * len(rows) + 1e-9 and data['correction_rows'] == len(got) and data['rows'] == len(rows)
+    assert [r['sample_idx'] for r in got] == list(range(len(got)))                  # the shortest first
+    write_records(tmp_path/'protected.jsonl', [{'name': NAME}])
+    with pytest.raises(pm.PapermillExecutionError, match='protected problem'):      # the guard covers correction rows too
+        pm.execute_notebook(str(nb), str(tmp_path/'out2.ipynb'), kernel_name='python3', progress_bar=False, cwd=str(nb.parent),
+                            parameters={'out_dir': str(tmp_path/'round2'), 'correction_rows_path': str(tmp_path/'corr.jsonl'),
+                                        'max_correction_frac': 0.2, 'max_steps': 1, 'min_rows': 1,
+                                        'protected_paths': [str(tmp_path/'protected.jsonl')]})
