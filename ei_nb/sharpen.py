@@ -11,33 +11,13 @@ import numpy as np
 from .core import SFT_MAX_TOKENS, BadInput, atomic_path
 from .eval import pass_at_k_array, problem_counts
 from .prompts import render_prompt
-from .sft import collate, join_passes, micro_batches, proof_text, select_proofs, tokenize_rows
+from .sft import collate, join_passes, micro_batches, proof_text, token_logprobs, tokenize_rows
 
 # %% auto #0
-__all__ = ['token_logprobs', 'example_logprobs', 'correct_rows', 'subsample_problems', 'load_scorer', 'score_rows',
-           'rank_by_logprob', 'uplift_table', 'uplift_summary', 'kept_change', 'attach_logprobs', 'unlikely_key',
-           'select_unlikely', 'rank_weight', 'weight_rows', 'collate_weighted', 'weighted_completion_loss', 'doubling',
-           'pass_at_n_curve', 'distinct_correct', 'plot_uplift', 'plot_pass_curves', 'save_uplift_png', 'read_logprobs',
-           'logprobs_cli', 'uplift_report', 'uplift_cli']
-
-# %% ../nbs/07_sharpen.ipynb #704b1814
-def _token_logp(head, h, target):
-    import torch
-    return torch.log_softmax(head(h).float(), -1).gather(-1, target[:, None])[:, 0]
-
-def token_logprobs(model, # a causal LM (or a peft model around one)
-                   input_ids, target_mask, position_ids=None, # one forward pass as `ei_nb.sft.collate` builds it
-                   chunk:int=4096 # positions per logit chunk
-                  ):
-    "fp32 log-probability of each token where `target_mask` is set, predicted from the position before it, in order."
-    import torch
-    base = model.get_base_model() if hasattr(model, 'get_base_model') else model
-    h = base.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
-    m = target_mask[:, 1:]
-    h, target = h[:, :-1][m], input_ids[:, 1:][m]
-    head = base.get_output_embeddings()
-    parts = [_token_logp(head, h[i:i+chunk], target[i:i+chunk]) for i in range(0, len(target), chunk)]
-    return torch.cat(parts) if parts else h.new_zeros(0, dtype=torch.float32)
+__all__ = ['example_logprobs', 'correct_rows', 'subsample_problems', 'load_scorer', 'score_rows', 'score_passes',
+           'rank_by_logprob', 'uplift_table', 'uplift_summary', 'kept_change', 'doubling', 'pass_at_n_curve',
+           'distinct_correct', 'plot_uplift', 'plot_pass_curves', 'save_uplift_png', 'sharpening_rows',
+           'sharpening_table', 'plot_sharpening', 'read_logprobs', 'logprobs_cli', 'uplift_report', 'uplift_cli']
 
 # %% ../nbs/07_sharpen.ipynb #0578c8c9
 def example_logprobs(model, examples:list[dict], # `ids` and `n_prompt` of each row, as `tokenize_rows` makes them
@@ -110,6 +90,20 @@ def score_rows(model, tokenizer, rows:list[dict], pack_tokens:int=0, chunk:int=4
     return [{'name': r['name'], 'sample_idx': r['sample_idx'], 'logprob': float(lp.sum(dtype=np.float64)),
              'n_tokens': len(lp)} | ({'token_logprobs': lp} if per_token else {}) for r, lp in zip(rows, lps)]
 
+# %% ../nbs/07_sharpen.ipynb #ac869e68
+def score_passes(model_dir, problems:list[dict], samples:list[dict], verdicts:list[dict],
+                 style:str='chat', # prompt style used for sampling
+                 max_samples:int|None=None, seed:int=0, # cap: whole problems of a seeded shuffle (`subsample_problems`)
+                 only=None, # score only these `(name, sample_idx)` pairs (None: every pass)
+                 pack_tokens:int=0, device=None) -> list[dict]:
+    "`score_rows` of the pass samples of a round under the model in `model_dir` (`name`, `sample_idx`, `logprob`, `n_tokens`)."
+    from ei_nb.sft import load_tokenizer
+    tok = load_tokenizer(model_dir)
+    rows = correct_rows(problems, samples, verdicts, tok, style)
+    if only is not None: rows = [r for r in rows if (r['name'], r['sample_idx']) in set(only)]
+    rows = subsample_problems(rows, max_samples, seed)
+    return score_rows(load_scorer(model_dir, device), tok, rows, pack_tokens) if rows else []
+
 # %% ../nbs/07_sharpen.ipynb #e3571b84
 def rank_by_logprob(scored, # DataFrame (or records) with `name`, `sample_idx` and the column `col`
                     col:str='logprob0') -> 'pd.DataFrame':
@@ -148,80 +142,6 @@ def kept_change(ranked, kept) -> dict:
     change = (ranked['logprob1'] - ranked['logprob0']).to_numpy()
     part = lambda m: {'count': int(m.sum()), 'mean_change': float(change[m].mean()) if m.any() else float('nan')}
     return {'kept': part(is_kept), 'not_kept': part(~is_kept)}
-
-# %% ../nbs/07_sharpen.ipynb #c6229fba
-def attach_logprobs(samples:list[dict], scored) -> list[dict]:
-    "`samples` with `logprob0` from `scored` (records or DataFrame with `name`, `sample_idx`, `logprob0`), where scored."
-    import pandas as pd
-    lp = {(n, int(i)): float(v) for n, i, v in pd.DataFrame(scored)[['name', 'sample_idx', 'logprob0']].itertuples(index=False)}
-    return [s | {'logprob0': lp[k]} if (k := (s['name'], s['sample_idx'])) in lp else s for s in samples]
-
-def unlikely_key(sv:tuple[dict, dict]) -> tuple:
-    "Sort key of `rank = 'unlikely'` over a `(sample, verdict)` pair: lowest initial log-prob first, then `sample_idx`."
-    s = sv[0]
-    if 'logprob0' not in s: raise BadInput(f"rank 'unlikely' needs the initial log-prob of every pass: {s['name']!r} sample {s['sample_idx']} has none")
-    return (s['logprob0'], s['sample_idx'])
-
-# %% ../nbs/07_sharpen.ipynb #98c80efe
-def select_unlikely(passes:list[tuple[dict, dict]], # one problem's passes, samples carrying `logprob0`
-                    lengths:dict[int, int], # row length in tokens by `sample_idx`
-                    max_per_problem:int=4, max_tokens:int=SFT_MAX_TOKENS) -> list[tuple[int, str]]:
-    "`select_proofs` labels with the passes ranked least likely first."
-    ordered = sorted(passes, key=unlikely_key)
-    return select_proofs([(s | {'n_tokens': pos}, v) for pos, (s, v) in enumerate(ordered)], lengths,
-                         max_per_problem, 'shortest', max_tokens)
-
-# %% ../nbs/07_sharpen.ipynb #8828f60b
-def rank_weight(rank:int, # 0 = most likely correct sample of its problem
-                n_correct:int, # G: correct samples of the problem
-                beta_rank:float=0.25) -> float:
-    "Unlikeliness weight `1 - beta_rank (G - r)/G` of a kept proof."
-    if not 0 <= beta_rank <= 1: raise BadInput(f'beta_rank must be in [0, 1], got {beta_rank}')
-    if not 0 <= rank < n_correct: raise BadInput(f'rank {rank} is not in 0..{n_correct - 1}')
-    return 1 - beta_rank * (n_correct - rank) / n_correct
-
-# %% ../nbs/07_sharpen.ipynb #a9c72113
-def weight_rows(rows:list[dict], # SFT rows (`name`, `sample_idx`, ...)
-                ranked, # `rank_by_logprob` of all correct samples of the rows' problems
-                beta_rank:float=0.25) -> list[dict]:
-    "`rows` with `logprob0`, `logprob_rank`, `n_correct`, `beta_rank` and `weight` (= `rank_weight`)."
-    info = {(n, int(i)): (float(lp), int(r), int(g)) for n, i, lp, r, g in
-            ranked[['name', 'sample_idx', 'logprob0', 'rank', 'n_correct']].itertuples(index=False)}
-    out = []
-    for row in rows:
-        if (k := (row['name'], row['sample_idx'])) not in info:
-            raise BadInput(f"SFT row {row['name']!r} sample {row['sample_idx']} has no initial log-prob: score every correct sample of its problem")
-        lp, r, g = info[k]
-        out.append(row | {'logprob0': lp, 'logprob_rank': r, 'n_correct': g, 'beta_rank': beta_rank, 'weight': rank_weight(r, g, beta_rank)})
-    return out
-
-# %% ../nbs/07_sharpen.ipynb #cd04c35e
-def collate_weighted(examples:list[dict], idxs:list[int], device='cpu') -> dict:
-    "`ei_nb.sft.collate` plus `target_weight`: the `weight` of each position's row (1 when absent)."
-    import torch
-    batch = collate(examples, idxs, device)
-    w = [float(examples[i].get('weight', 1.0)) for i in idxs for _ in examples[i]['ids']]
-    return batch | {'target_weight': torch.tensor([w], dtype=torch.float32, device=device)}
-
-def _wce_sum(head, h, target, w):
-    import torch.nn.functional as F
-    return (F.cross_entropy(head(h).float(), target, reduction='none') * w).sum()
-
-def weighted_completion_loss(model, input_ids, target_mask, target_weight=None, position_ids=None,
-                             chunk:int=4096):
-    "Summed cross-entropy of the completion tokens, each multiplied by `target_weight` at its position (1 when None)."
-    import torch
-    from functools import partial
-    from torch.utils.checkpoint import checkpoint
-    base = model.get_base_model() if hasattr(model, 'get_base_model') else model
-    h = base.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
-    m = target_mask[:, 1:]
-    w = (target_weight if target_weight is not None else torch.ones_like(input_ids, dtype=torch.float32))[:, 1:][m]
-    h, target = h[:, :-1][m], input_ids[:, 1:][m]
-    head, total = base.get_output_embeddings(), h.new_zeros((), dtype=torch.float32)
-    for i in range(0, len(target), chunk):
-        total = total + checkpoint(partial(_wce_sum, head), h[i:i+chunk], target[i:i+chunk], w[i:i+chunk], use_reentrant=False)
-    return total
 
 # %% ../nbs/07_sharpen.ipynb #612ea54f
 def doubling(n:int) -> list[int]:
@@ -274,6 +194,55 @@ def save_uplift_png(table, path) -> Path:
     with atomic_path(path, '.png') as tmp: fig.savefig(tmp, dpi=90, format='png')
     plt.close(fig)
     return Path(path)
+
+# %% ../nbs/07_sharpen.ipynb #5250619e
+def _eval_numbers(verdicts_path, samples_path) -> dict:
+    from ei_nb.core import iter_jsonl
+    if not Path(verdicts_path).exists(): return {}
+    v = [x for _, x in iter_jsonl(verdicts_path)]
+    curve = pass_at_n_curve(v)
+    dc = distinct_correct([x for _, x in iter_jsonl(samples_path)], v) if Path(samples_path).exists() else None
+    return {'curve': curve, 'pass@1': curve.get(1), 'n_e': max(curve) if curve else None, 'pass@n_e': curve[max(curve)] if curve else None,
+            'solved': len(dc) if dc is not None else None, 'distinct_per_solved': float(np.mean(list(dc.values()))) if dc else None}
+
+def sharpening_rows(run:dict # `ei_nb.report.load_run` of a run folder
+                   ) -> list[dict]:
+    "Per round (the baseline first): pass@N curve, pass@1, pass@n_e, distinct correct proofs per solved problem, and the round's `uplift.json` (None when the diagnostic did not run)."
+    import json
+    base = run['layout'].round(0)
+    out = [{'round': 0, 'label': 'round 0 (base)', 'uplift': None} | _eval_numbers(run['baseline_verdicts'], base.eval_samples)]
+    for r in run['rounds']:
+        R = r['files']
+        up = json.loads(R.uplift_json.read_text()) if R.uplift_json.exists() else None
+        out.append({'round': r['round'], 'label': f"round {r['round']}", 'uplift': up} | _eval_numbers(R.eval_verdicts, R.eval_samples))
+    return out
+
+def sharpening_table(rows:list[dict]) -> 'pd.DataFrame':
+    "The section's table: one line per round."
+    import pandas as pd
+    def line(x):
+        u = x['uplift'] or {}
+        s, k = u.get('summary') or {}, u.get('kept_change') or {}
+        return {'round': x['label'], 'pass@1': x.get('pass@1'), 'pass@n_e': x.get('pass@n_e'), 'n_e': x.get('n_e'),
+                'distinct proofs / solved': x.get('distinct_per_solved'), 'scored samples': s.get('samples'),
+                'uplift rate': s.get('uplift_rate'), 'sharpening': s.get('sharpening'),
+                'Δ log-prob kept': (k.get('kept') or {}).get('mean_change'), 'Δ log-prob not kept': (k.get('not_kept') or {}).get('mean_change')}
+    return pd.DataFrame([line(x) for x in rows]).set_index('round')
+
+def plot_sharpening(rows:list[dict]):
+    "One line of two plots per round: its uplift rate by rank, and its pass@N against the baseline's. None when no round was evaluated."
+    import matplotlib.pyplot as plt, pandas as pd
+    base, rounds = rows[0], [x for x in rows[1:] if x.get('curve') or x['uplift']]
+    if not rounds: return None
+    fig, axes = plt.subplots(len(rounds), 2, figsize=(11, 3.4 * len(rounds)), squeeze=False)
+    for (a_up, a_pass), x in zip(axes, rounds):
+        if x['uplift']: plot_uplift(a_up, pd.DataFrame(x['uplift']['table']).set_index('rank')); a_up.set_title(f"{x['label']}: uplift rate by rank (falling = sharpening)")
+        else: a_up.text(0.5, 0.5, f"{x['label']}: no diagnostic\n([sharpen] enabled = true runs it)", ha='center', va='center'); a_up.axis('off')
+        curves = {c['label']: c['curve'] for c in (base, x) if c.get('curve')}
+        if curves: plot_pass_curves(a_pass, curves); a_pass.set_title(f"{x['label']}: pass@N on the scored set")
+        else: a_pass.axis('off')
+    fig.tight_layout()
+    return fig
 
 # %% ../nbs/07_sharpen.ipynb #cb291180
 _LP_FIELDS = {'name': (str,), 'sample_idx': (int,), 'logprob': (int, float), 'n_tokens': (int,)}
