@@ -207,14 +207,17 @@ def _eval_numbers(verdicts_path, samples_path) -> dict:
 
 def sharpening_rows(run:dict # `ei_nb.report.load_run` of a run folder
                    ) -> list[dict]:
-    "Per round (the baseline first): pass@N curve, pass@1, pass@n_e, distinct correct proofs per solved problem, and the round's `uplift.json` (None when the diagnostic did not run)."
+    "Per round (the baseline first): pass@N curve, pass@1, pass@n_e, distinct correct proofs per solved problem, the round's keep rule (02_sft), and its `uplift.json` (None when the diagnostic did not run)."
     import json
+    from ei_nb.layout import read_stage_json
     base = run['layout'].round(0)
-    out = [{'round': 0, 'label': 'round 0 (base)', 'uplift': None} | _eval_numbers(run['baseline_verdicts'], base.eval_samples)]
+    out = [{'round': 0, 'label': 'round 0 (base)', 'uplift': None, 'keep_rule': None} | _eval_numbers(run['baseline_verdicts'], base.eval_samples)]
     for r in run['rounds']:
         R = r['files']
         up = json.loads(R.uplift_json.read_text()) if R.uplift_json.exists() else None
-        out.append({'round': r['round'], 'label': f"round {r['round']}", 'uplift': up} | _eval_numbers(R.eval_verdicts, R.eval_samples))
+        sft = (read_stage_json(R.stage_json('02_sft')) or {}).get('params') or {}
+        rule = f"{sft['rank']}, beta_rank {sft.get('beta_rank', 0.0):g}" if 'rank' in sft else None
+        out.append({'round': r['round'], 'label': f"round {r['round']}", 'uplift': up, 'keep_rule': rule} | _eval_numbers(R.eval_verdicts, R.eval_samples))
     return out
 
 def sharpening_table(rows:list[dict]) -> 'pd.DataFrame':
@@ -223,7 +226,7 @@ def sharpening_table(rows:list[dict]) -> 'pd.DataFrame':
     def line(x):
         u = x['uplift'] or {}
         s, k = u.get('summary') or {}, u.get('kept_change') or {}
-        return {'round': x['label'], 'pass@1': x.get('pass@1'), 'pass@n_e': x.get('pass@n_e'), 'n_e': x.get('n_e'),
+        return {'round': x['label'], 'keep rule': x.get('keep_rule'), 'pass@1': x.get('pass@1'), 'pass@n_e': x.get('pass@n_e'), 'n_e': x.get('n_e'),
                 'distinct proofs / solved': x.get('distinct_per_solved'), 'scored samples': s.get('samples'),
                 'uplift rate': s.get('uplift_rate'), 'sharpening': s.get('sharpening'),
                 'Δ log-prob kept': (k.get('kept') or {}).get('mean_change'), 'Δ log-prob not kept': (k.get('not_kept') or {}).get('mean_change')}
