@@ -446,6 +446,17 @@ class Run:
         src = self.sources(rnd, stage, scores, data_stop_reason)
         return dict(self.cfg['stages'].get(stage, {})) | {k: _param(src[name]()) for k, name in WIRING[stage].items()}
 
+    def links(self, rnd:int, stage:str) -> dict:
+        "`notebook_links` of a step, stepping over the optional stages this run does not run (no link to a notebook that will not exist)."
+        out = {}
+        for label, link in notebook_links(self.layout, rnd, stage, self.cfg['run']['rounds']).items():
+            kind, _, name = label.partition(': ')
+            if name in OPTIONAL_STAGES and name not in self.round_stages():
+                near = ROUND_STAGES[ROUND_STAGES.index(name) + (1 if kind == 'next' else -1)]   # an optional stage is never first or last
+                label, link = f'{kind}: {near}', link.replace(f'{name}.ipynb', f'{near}.ipynb')
+            out[label] = link
+        return out
+
     def round_stages(self) -> list[str]:
         "The stages of a round (00..06) in order, the optional ones only when the config enables them."
         driver = self.cfg['stage_driver']
@@ -490,7 +501,7 @@ class Run:
         outputs = sorted({p.name for p in root.iterdir()} - before - {'.partial', 'stages'})
         if R.notebook(stage).exists():   # the record opens with the stage's own summary (trail)
             annotate_executed(R.notebook(stage), notebook_path(stage, self.nbs), R.stage_json(stage),
-                              notebook_links(self.layout, rnd, stage, self.cfg['run']['rounds']), None if rnd == FINAL else rnd)
+                              self.links(rnd, stage), None if rnd == FINAL else rnd)
         return res, round(time.time() - t0, 3), outputs
 
     def fail(self, rnd:int, stage:str, res:dict, chain:str, params:dict, extra:dict):

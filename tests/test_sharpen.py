@@ -344,3 +344,34 @@ def test_score_passes_only_and_cap(records, tiny_model_dir, tok):
     again = score_passes(tiny_model_dir, problems, samples, verdicts, only=[(x['name'], x['sample_idx']) for x in capped], device='cpu')
     assert [(x['name'], x['sample_idx']) for x in again] == [(x['name'], x['sample_idx']) for x in capped]
     assert [x['logprob'] for x in again] == pytest.approx([x['logprob'] for x in capped], abs=1e-4)
+
+
+@pytest.mark.slow
+def test_stage_runs_under_papermill_on_a_tiny_model(records, tiny_model_dir, tok, tmp_path):
+    """The stage as the driver runs it (papermill, injected paths, a cap): its files, and the diagnostic of a model
+    against itself (no sample's log-prob rises; every rank present with its count)."""
+    import json
+    from pathlib import Path
+    import papermill as pm
+    from ei_nb.core import write_records
+    from ei_nb.layout import RunLayout, read_stage_json
+    problems, samples, verdicts = records
+    R = RunLayout(tmp_path / 'run').round(1)
+    R.dir.mkdir(parents=True)
+    write_records(R.selected, problems); write_records(R.samples, samples); write_records(R.verdicts, verdicts)
+    rows, _ = build_sft_rows(problems, samples, verdicts, tok, 1)
+    write_records(R.sft_rows, rows)
+    nb = Path(__file__).resolve().parents[1] / 'nbs' / '07_sharpen.ipynb'
+    pm.execute_notebook(str(nb), str(R.notebook('07_sharpen')), kernel_name='python3', progress_bar=False, cwd=str(nb.parent),
+                        parameters={'problems_path': str(R.selected), 'samples_path': str(R.samples), 'verdicts_path': str(R.verdicts),
+                                    'model_in': str(tiny_model_dir), 'model_out': str(tiny_model_dir), 'sft_path': str(R.sft_rows),
+                                    'logprobs_in_path': str(R.sft_logprobs), 'out_dir': str(R.dir), 'max_samples': 30,
+                                    'stage_json': str(R.stage_json('07_sharpen')), 'style': 'chat'})
+    rec = read_stage_json(R.stage_json('07_sharpen'))
+    up = json.loads(R.uplift_json.read_text())
+    assert 0 < rec['headline']['samples'] <= 30 and rec['headline']['uplift_rate'] == 0
+    assert sum(t['count'] for t in up['table']) == rec['headline']['samples'] == len(list(open(R.logprobs_out)))
+    kept = {(r['name'], r['sample_idx']) for r in rows}
+    scored = {(json.loads(l)['name'], json.loads(l)['sample_idx']) for l in open(R.logprobs_in)}
+    assert up['kept_change']['kept']['count'] == len(kept & scored)
+    assert R.uplift_png.read_bytes()[:4] == b'\x89PNG' and not up['reused_input_logprobs']
