@@ -15,12 +15,12 @@ from .prompts import render_prompt
 
 # %% auto #0
 __all__ = ['RANKS', 'SCHEDULES', 'protected_key', 'read_protected', 'protected_index', 'is_protected', 'join_passes',
-           'rank_passes', 'proof_text', 'select_proofs', 'load_tokenizer', 'encode', 'rank_weight', 'with_logprobs',
-           'lever_fields', 'build_sft_rows', 'read_sft_rows', 'demo_sft_inputs', 'plan_steps', 'micro_batches',
-           'split_ranks', 'tokenize_rows', 'collate', 'completion_states', 'completion_loss', 'token_logprobs',
-           'loss_module', 'lr_factor', 'atomic_dir', 'trainable_state', 'save_checkpoint', 'latest_checkpoint',
-           'load_checkpoint', 'probe_logits', 'export_model', 'load_for_training', 'train_lora', 'sft_data_cli',
-           'train_cli', 'check_rows_not_protected']
+           'rank_passes', 'proof_text', 'select_proofs', 'load_tokenizer', 'encode', 'problem_passes', 'rank_weight',
+           'with_logprobs', 'lever_fields', 'build_sft_rows', 'read_sft_rows', 'demo_sft_inputs', 'plan_steps',
+           'micro_batches', 'split_ranks', 'tokenize_rows', 'collate', 'completion_states', 'completion_loss',
+           'token_logprobs', 'loss_module', 'lr_factor', 'atomic_dir', 'trainable_state', 'save_checkpoint',
+           'latest_checkpoint', 'load_checkpoint', 'probe_logits', 'export_model', 'load_for_training', 'train_lora',
+           'sft_data_cli', 'train_cli', 'check_rows_not_protected']
 
 # %% ../nbs/02_sft.ipynb #03301c8d
 _THM = re.compile(r'(?m)^[ \t]*(?:@\[[^\]]*\]\s*)?(?:private\s+|protected\s+)?(?:theorem|lemma)\s')
@@ -120,6 +120,13 @@ def _completion(sample:dict, eos:str|None) -> str:
     c = sample['completion']
     return c[:-len(eos)] if eos and c.endswith(eos) else c
 
+def problem_passes(problems:list[dict], samples:list[dict], verdicts:list[dict]) -> tuple[dict, Counter]:
+    "`join_passes`, refusing pass verdicts of a problem that is not in `problems`."
+    passes, n = join_passes(samples, verdicts)
+    unknown = sorted(set(passes) - {p['name'] for p in problems})
+    if unknown: raise BadInput(f'{len(unknown)} problems with pass verdicts are not in the problems file, e.g. {unknown[0]!r}')
+    return passes, n
+
 # %% ../nbs/02_sft.ipynb #a13736fd
 def rank_weight(rank:int, # 0 = most likely correct sample of its problem
                 n_correct:int, # G: correct samples of the problem
@@ -160,9 +167,7 @@ def build_sft_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
     if not 0 <= beta_rank <= 1: raise BadInput(f'beta_rank must be in [0, 1], got {beta_rank}')
     if lever and logprobs is None: raise BadInput(f"rank {rank!r} with beta_rank {beta_rank} needs the log-prob of every pass under the model that sampled (`logprobs`)")
     index, eos = protected_index(protected), tok.eos_token
-    passes, n = join_passes(samples, verdicts)
-    unknown = sorted(set(passes) - {p['name'] for p in problems})
-    if unknown: raise BadInput(f'{len(unknown)} problems with pass verdicts are not in the problems file, e.g. {unknown[0]!r}')
+    passes, n = problem_passes(problems, samples, verdicts)
     rows, cands, st = [], [], Counter()
     for p in problems:
         if not (ps := passes.get(p['name'])): continue

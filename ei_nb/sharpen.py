@@ -11,7 +11,7 @@ import numpy as np
 from .core import SFT_MAX_TOKENS, BadInput, atomic_path
 from .eval import pass_at_k_array, problem_counts
 from .prompts import render_prompt
-from .sft import collate, join_passes, micro_batches, proof_text, token_logprobs, tokenize_rows
+from .sft import _completion, collate, join_passes, micro_batches, problem_passes, proof_text, token_logprobs, tokenize_rows
 
 # %% auto #0
 __all__ = ['example_logprobs', 'correct_rows', 'subsample_problems', 'load_scorer', 'score_rows', 'score_passes',
@@ -41,17 +41,14 @@ def correct_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
                  style:str='chat' # prompt style used for sampling
                 ) -> list[dict]:
     "One row per `pass` sample: `name`, `sample_idx`, `prompt`, `completion`, `eos`, the normalised `proof`, and `n_samples` of its problem."
-    passes, n = join_passes(samples, verdicts)
-    unknown = sorted(set(passes) - {p['name'] for p in problems})
-    if unknown: raise BadInput(f'{len(unknown)} problems with pass verdicts are not in the problems file, e.g. {unknown[0]!r}')
+    passes, n = problem_passes(problems, samples, verdicts)
     eos, rows = tokenizer.eos_token, []
     for p in problems:
         if not (ps := passes.get(p['name'])): continue
         prompt = render_prompt(p, tokenizer, style)
         for s, v in ps:
-            c = s['completion']
             rows.append({'name': p['name'], 'sample_idx': s['sample_idx'], 'prompt': prompt,
-                         'completion': c[:-len(eos)] if eos and c.endswith(eos) else c, 'eos': not s['capped'],
+                         'completion': _completion(s, eos), 'eos': not s['capped'],
                          'proof': proof_text(s, v), 'n_samples': n[p['name']]})
     return rows
 
