@@ -72,9 +72,15 @@ def run_fractions(run_dir: Path) -> dict:
     L, out = RunLayout(run_dir), {}
     for r in L.rounds():
         sh, sft = (read_stage_json(L.round(r).stage_json(s)) for s in ('07_sharpen', '02_sft'))
-        if sh and sft:
-            out[f'round {r}'] = {'07_sharpen_wall_s': sh['wall_s'], '02_sft_wall_s': sft['wall_s'], 'fraction': sh['wall_s'] / sft['wall_s'],
+        if sh and sft:   # stage.json: the runner's own work; the marker: the whole step (kernel start and library cells included)
+            mk = {s: json.loads(L.round(r).marker(s).read_text())['wall_s'] for s in ('07_sharpen', '02_sft')}
+            out[f'round {r}'] = {'07_sharpen_stage_s': sh['wall_s'], '02_sft_stage_s': sft['wall_s'], 'fraction_stage': sh['wall_s'] / sft['wall_s'],
+                                 '07_sharpen_step_s': mk['07_sharpen'], '02_sft_step_s': mk['02_sft'], 'fraction_step': mk['07_sharpen'] / mk['02_sft'],
                                  'scoring_s': sh['headline'].get('score_s'), 'samples': sh['headline'].get('samples')}
+    summary = json.loads(L.summary.read_text()) if L.summary.exists() else {}
+    if summary.get('wall_s'):
+        steps = sum(v['07_sharpen_step_s'] for v in out.values())
+        out['run'] = {'wall_s': summary['wall_s'], '07_sharpen_steps_s': steps, 'fraction_of_run': steps / summary['wall_s']}
     return out
 
 

@@ -375,3 +375,23 @@ def test_stage_runs_under_papermill_on_a_tiny_model(records, tiny_model_dir, tok
     scored = {(json.loads(l)['name'], json.loads(l)['sample_idx']) for l in open(R.logprobs_in)}
     assert up['kept_change']['kept']['count'] == len(kept & scored)
     assert R.uplift_png.read_bytes()[:4] == b'\x89PNG' and not up['reused_input_logprobs']
+
+
+def test_sft_data_cli_takes_the_lever_from_a_logprobs_file(tmp_path, tiny_model_dir, records):
+    "`ei sft-data --rank unlikely --beta-rank 0.25 --logprobs F` (F from `ei logprobs`); without F it is bad input, nothing written."
+    import json
+    from ei_nb.core import BadInput, write_records
+    from ei_nb.sft import sft_data_cli
+    from ei_nb.sharpen import logprobs_cli
+    problems, samples, verdicts = records
+    paths = {k: tmp_path / f'{k}.jsonl' for k in ('problems', 'samples', 'verdicts')}
+    for k, recs in zip(paths, records): write_records(paths[k], recs)
+    files = [x for k, p in paths.items() for x in (f'--{k}', str(p))]
+    logprobs_cli(['--model', str(tiny_model_dir), '--out', str(tmp_path / 'lp.jsonl')] + files)
+    common = files + ['--tokenizer', str(tiny_model_dir), '--min-rows', '1', '--rank', 'unlikely']
+    with pytest.raises(BadInput, match='needs the log-prob'): sft_data_cli(common + ['--out', str(tmp_path / 'x.jsonl')])
+    assert not (tmp_path / 'x.jsonl').exists()
+    sft_data_cli(common + ['--out', str(tmp_path / 'rows.jsonl'), '--logprobs', str(tmp_path / 'lp.jsonl'), '--beta-rank', '0.25'])
+    rows = [json.loads(l) for l in open(tmp_path / 'rows.jsonl')]
+    lp = {(json.loads(l)['name'], json.loads(l)['sample_idx']): json.loads(l)['logprob'] for l in open(tmp_path / 'lp.jsonl')}
+    assert rows and all(r['logprob0'] == lp[r['name'], r['sample_idx']] and r['weight'] == rank_weight(r['logprob_rank'], r['n_correct'], 0.25) for r in rows)
