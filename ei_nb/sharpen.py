@@ -239,8 +239,9 @@ def plot_sharpening(rows:list[dict]):
         if x['uplift']: plot_uplift(a_up, pd.DataFrame(x['uplift']['table']).set_index('rank')); a_up.set_title(f"{x['label']}: uplift rate by rank (falling = sharpening)")
         else: a_up.text(0.5, 0.5, f"{x['label']}: no diagnostic\n([sharpen] enabled = true runs it)", ha='center', va='center'); a_up.axis('off')
         curves = {c['label']: c['curve'] for c in (base, x) if c.get('curve')}
-        if curves: plot_pass_curves(a_pass, curves); a_pass.set_title(f"{x['label']}: pass@N on the scored set")
-        else: a_pass.axis('off')
+        if not curves: a_pass.axis('off'); continue
+        plot_pass_curves(a_pass, curves); a_pass.set_title(f"{x['label']}: pass@N on the scored set")
+        if base.get('curve'): a_pass.lines[0].set(ls='--', color='k', alpha=0.6, zorder=3); a_pass.legend(fontsize=8)   # the baseline stays visible under an equal curve
     fig.tight_layout()
     return fig
 
