@@ -1,7 +1,7 @@
 """Benchmark of the uplift-rate diagnostic (07_sharpen) against 02_sft training on CPU, and its projection to the
 reference setting.
 
-    OMP_NUM_THREADS=1 python bench/bench_sharpen.py [--rows 96] [--epochs 2] [--out FILE]
+    OMP_NUM_THREADS=1 python bench/bench_sharpen.py [--rows 96] [--epochs 2] [--run-dir RUN] [--out FILE]
 
 Rows: DeepSeek-Prover-V2's miniF2F solutions as completions of the real chat prompt (the real proof-length
 distribution, as bench_sft.py). On the same rows and the tiny model it measures
@@ -12,12 +12,17 @@ distribution, as bench_sft.py). On the same rows and the tiny model it measures
 and reports the diagnostic's cost as a fraction of the SFT run (wall, and CPU seconds, which move less
 with a shared machine's load), and scoring vs training tokens per CPU second.
 
-`projection` applies the compute model of the design (t_sft = rows L E / (0.9 r_tr)) to the reference
-setting. It is a PROJECTION, not a measurement: scoring is forward-only, so per token it is taken to run
-`k` times faster than LoRA training, k = 2 (training = forward + backward) to 3 (forward + recomputed forward
-under gradient checkpointing + backward), and the diagnostic scores every correct sample (C of them) twice.
-The CPU measurement of the same ratio on the tiny model is printed beside it, not used (a 64-wide model
-on one thread is dominated by per-op overhead, not FLOPs).
+With `--run-dir` (a finished `ei run` with `[sharpen] enabled = true`, e.g. configs/demo_unlikely.toml) it
+also reads, per round, the wall seconds of the 07_sharpen and 02_sft stages from their stage.json files:
+the diagnostic's cost as a fraction of the round's SFT in the same run (kernel start and imports included).
+
+`projection` is the ETA's compute model (`ei_nb.eta`: `stage_work`, `model_seconds`) on the reference config
+configs/goedel8b.toml with the diagnostic switched on (`--set sharpen.enabled=true`), at P = 300 selected
+problems: 07_sharpen scores min(max_samples, P x correct_per_problem) samples twice at `score_speedup` x the
+training rate r_tr (forward only: 2 (forward + backward) to 3 (with the recomputed forward of gradient
+checkpointing)), against 02_sft's training time. It is a PROJECTION, not a measurement, printed for the
+default cap (400) and uncapped. The CPU ratio on the tiny model is printed beside it, not used (a 64-wide
+model on one thread is dominated by per-op overhead, not FLOPs).
 Prints one JSON object (last line).
 """
 import argparse, json, sys, tempfile, time
@@ -45,16 +50,37 @@ def score(model_dir, tok, rows):
     return s, {'load_s': load.wall, 'score_s': run.wall, 'score_cpu_s': run.cpu + load.cpu, 'score_run_cpu_s': run.cpu}
 
 
-def projection(rows: int, correct: int, L: float, E: int, r_tr: float) -> dict:
-    "The design's compute model at the reference setting, diagnostic over SFT time for k = 2 and 3."
-    t_sft = rows * L * E / (0.9 * r_tr)
-    out = {'inputs': {'sft_rows': rows, 'correct_samples_scored': correct, 'tokens_per_row': L, 'epochs': E,
-                      'r_tr_padded_tok_per_s': r_tr},
-           't_sft_h': t_sft / 3600}
-    for k in (2, 3):
-        t_diag = 2 * correct * L / (k * r_tr)
-        out[f'k={k}'] = {'t_diagnostic_h': t_diag / 3600, 'fraction_of_sft': t_diag / t_sft}
-    out['formula'] = 't_diag / t_sft = (2 C L / (k r_tr)) / (rows L E / (0.9 r_tr)) = 1.8 C / (k E rows)'
+def projection(config: Path, P: int = 300) -> dict:
+    "07_sharpen against 02_sft by the ETA's compute model on `config` (the diagnostic switched on), per cap and scoring speed-up."
+    from ei_nb.driver import load_config
+    from ei_nb.eta import model_seconds, stage_work
+    out = {'config': str(config), 'P': P}
+    for cap in (400, 0):
+        for k in (2.0, 2.5, 3.0):
+            cfg = load_config(config, [f'sharpen.enabled=true', f'sharpen.max_samples={cap}', f'eta.score_speedup={k}'], warn=lambda m: None)
+            t_sft = model_seconds('02_sft', cfg, stage_work('02_sft', cfg, P, 244))
+            work = stage_work('07_sharpen', cfg, P, 244)
+            t_diag = model_seconds('07_sharpen', cfg, work)
+            out[f'max_samples={cap or "all"}, score_speedup={k}'] = {'samples_scored': work, 't_sft_h': round(t_sft / 3600, 3),
+                                                                      't_diagnostic_h': round(t_diag / 3600, 3), 'fraction_of_sft': round(t_diag / t_sft, 4)}
+    return out
+
+
+def run_fractions(run_dir: Path) -> dict:
+    "Per round of a finished run: wall seconds of 07_sharpen and 02_sft (their stage.json) and the ratio."
+    from ei_nb.layout import RunLayout, read_stage_json
+    L, out = RunLayout(run_dir), {}
+    for r in L.rounds():
+        sh, sft = (read_stage_json(L.round(r).stage_json(s)) for s in ('07_sharpen', '02_sft'))
+        if sh and sft:   # stage.json: the runner's own work; the marker: the whole step (kernel start and library cells included)
+            mk = {s: json.loads(L.round(r).marker(s).read_text())['wall_s'] for s in ('07_sharpen', '02_sft')}
+            out[f'round {r}'] = {'07_sharpen_stage_s': sh['wall_s'], '02_sft_stage_s': sft['wall_s'], 'fraction_stage': sh['wall_s'] / sft['wall_s'],
+                                 '07_sharpen_step_s': mk['07_sharpen'], '02_sft_step_s': mk['02_sft'], 'fraction_step': mk['07_sharpen'] / mk['02_sft'],
+                                 'scoring_s': sh['headline'].get('score_s'), 'samples': sh['headline'].get('samples')}
+    summary = json.loads(L.summary.read_text()) if L.summary.exists() else {}
+    if summary.get('wall_s'):
+        steps = sum(v['07_sharpen_step_s'] for v in out.values())
+        out['run'] = {'wall_s': summary['wall_s'], '07_sharpen_steps_s': steps, 'fraction_of_run': steps / summary['wall_s']}
     return out
 
 
@@ -63,11 +89,8 @@ def main(argv=None):
     ap.add_argument('--rows', type=int, default=96); ap.add_argument('--epochs', type=int, default=2)
     ap.add_argument('--batch-tokens', type=int, default=65536)
     ap.add_argument('--ref-problems', type=int, default=300, help='P: problems of a reference round')
-    ap.add_argument('--ref-correct-per-problem', type=float, default=3.5,
-                    help='mean correct samples of a selected problem (band 0 < p <= 0.75 of n = 8: 1..6, mean 3.5)')
-    ap.add_argument('--ref-rows-per-problem', type=float, default=3.0, help='kept rows per problem (min(c, 4) over c = 1..6: 3.0)')
-    ap.add_argument('--ref-tokens', type=float, default=5000, help='L: tokens per row (the design\'s T)')
-    ap.add_argument('--r-tr', type=float, default=2152, help='training throughput, padded tok/s (design, 4xA10G)')
+    ap.add_argument('--ref-config', default=str(Path(__file__).resolve().parents[1] / 'configs' / 'goedel8b.toml'))
+    ap.add_argument('--run-dir', help='a finished `ei run` with the diagnostic on: its per-round stage wall times')
     ap.add_argument('--out')
     a = ap.parse_args(argv)
     torch.manual_seed(0)
@@ -95,10 +118,9 @@ def main(argv=None):
            'fraction_of_sft': {'wall': diag_wall / tr.wall, 'cpu': diag_cpu / tr.cpu, 'vs_train_s_only': diag_wall / m['train_s']},
            'cpu_score_vs_train_tokens_per_s': before['tokens_per_cpu_s'] / train_tok_cpu,
            'threads': torch.get_num_threads()}
-    P = a.ref_problems
-    res['projection'] = projection(round(P * a.ref_rows_per_problem), round(P * a.ref_correct_per_problem), a.ref_tokens, 2, a.r_tr)
-    res['projection']['note'] = ('projection from the compute model, not a measurement; uncapped (every correct sample scored twice); '
-                                 'a max_samples cap scales t_diagnostic by max_samples / C; two model loads come on top')
+    res['projection'] = projection(Path(a.ref_config), a.ref_problems)
+    res['projection']['note'] = 'projection from the compute model (ei_nb.eta), not a measurement; two model loads come on top'
+    if a.run_dir: res['run'] = run_fractions(Path(a.run_dir))
     if a.out: Path(a.out).write_text(json.dumps(res, indent=2) + '\n')
     print(json.dumps(res))
 

@@ -8,17 +8,17 @@ import ast, contextlib, datetime, difflib, io, json, os, platform, shutil, signa
 from pathlib import Path
 from .core import BadInput, DataStop, StageFailed, atomic_write_json, read_problems, statement_key, write_records
 from .layout import FINAL, ROUND0_STAGES, ROUND_STAGES, RunLayout, read_stage_json
-from .markers import (SECTIONS, chain_hash, check_params, existing_markers, fingerprint, finished, parse_redo, record,
+from .markers import (SECTIONS as _MARKER_SECTIONS, chain_hash, check_params, existing_markers, fingerprint, finished, parse_redo, record,
                            redo, step_order, verdicts_fingerprint, where)
 from .eta import ETA_KEYS, count_lines, eta_seconds, hms, record_rate, stage_work
 from .params_check import validate_config
 from .trail import annotate_executed, notebook_links, render_run
 
 # %% auto #0
-__all__ = ['WIRING', 'WIRED', 'DRIVER_KEYS', 'STAGE_DRIVER_KEYS', 'notebook_path', 'cell_parameters', 'notebook_parameters',
-           'parse_set', 'load_config', 'expand', 'portable', 'check_scored', 'clean_pool', 'kill_strays', 'execute',
-           'versions', 'merge_measurements', 'resolve_paths', 'Run', 'score_given_baseline', 'planned_sizes', 'plan',
-           'print_plan', 'run_lock', 'check_kernel', 'run_cli']
+__all__ = ['WIRING', 'WIRED', 'OPTIONAL_STAGES', 'SECTIONS', 'DRIVER_KEYS', 'STAGE_DRIVER_KEYS', 'notebook_path',
+           'cell_parameters', 'notebook_parameters', 'parse_set', 'load_config', 'expand', 'portable', 'check_scored',
+           'clean_pool', 'kill_strays', 'execute', 'versions', 'merge_measurements', 'resolve_paths', 'Run',
+           'score_given_baseline', 'planned_sizes', 'plan', 'print_plan', 'run_lock', 'check_kernel', 'run_cli']
 
 # %% ../nbs/driver.ipynb #1e65b712
 _VERIFY = {'verify_backend': 'verify_backend', 'lean_project': 'lean_project', 'workers': 'workers', 'timeout': 'timeout',
@@ -37,9 +37,14 @@ WIRING = {
     '05_stop_rule': {'scores': 'scores', 'rounds': 'rounds', 'data_stop_reason': 'data_stop_reason', 'baseline_score': 'S_0',
                      'out_dir': 'round_dir'},
     '06_report': {'run_dir': 'run_dir', 'upto_round': 'upto_round', 'figures_dir': 'figures'},
+    '07_sharpen': {'problems_path': 'selected', 'samples_path': 'samples', 'verdicts_path': 'verdicts', 'model_in': 'model_in',
+                   'model_out': 'averaged', 'sft_path': 'sft_rows', 'logprobs_in_path': 'sft_logprobs', 'out_dir': 'round_dir',
+                   'style': 'prompt_style'},
 }
 WIRING = {s: w | {'stage_json': 'stage_json'} for s, w in WIRING.items()}
 WIRED = {s: set(w) for s, w in WIRING.items()}
+OPTIONAL_STAGES = {'07_sharpen': 'sharpen'}   # stage -> config section; it runs only when that section says `enabled = true`
+SECTIONS = _MARKER_SECTIONS | OPTIONAL_STAGES   # config section of every stage
 
 def notebook_path(stage:str, nbs=None) -> Path:
     "The source notebook of `stage` (in `nbs`, else `$EI_NBS`, else the repository's `nbs/`)."
@@ -88,7 +93,8 @@ DRIVER_KEYS = {
                'timeout': (300, 'seconds per proof'), 'workers': (0, 'parallel checks (0: the CPU count)')},
     'eta': ETA_KEYS,
 }
-STAGE_DRIVER_KEYS = {'03_average': {'anchor': ('original', 'original (the base model) or previous (the round input)')}}
+STAGE_DRIVER_KEYS = {'03_average': {'anchor': ('original', 'original (the base model) or previous (the round input)')},
+                     '07_sharpen': {'enabled': (False, 'run the uplift diagnostic after 03_average in every round')}}
 _STAGE_OF = {v: k for k, v in SECTIONS.items()}
 
 def _type_ok(value, default) -> bool:
@@ -171,6 +177,7 @@ def load_config(path, # the TOML file
     cfg |= {section: _driver_section(path, section, raw.get(section, {})) for section in DRIVER_KEYS}
     for stage in SECTIONS:
         if stage == 'demo' and not cfg['demo']: continue
+        if stage in OPTIONAL_STAGES and SECTIONS[stage] not in raw: continue
         cfg['stages'][stage], cfg['stage_driver'][stage], missing = _stage_section(path, stage, raw.get(SECTIONS[stage], {}), nbs, warn or say)
         if missing: cfg['defaults_used'][stage] = missing
     _check_choices(path, cfg)
@@ -359,7 +366,7 @@ class Run:
     def one_round(self, r:int, scores:list) -> dict:
         "Stages 00..04 of round r (a stage may stop the run for lack of data), then the decision and the report."
         if r >= 2: merge_measurements(self.measurement(r - 1), self.layout.round(r - 1).verdicts, self.measurement(r))
-        for stage in ROUND_STAGES[:5]:
+        for stage in self.round_stages()[:self.round_stages().index('04_eval') + 1]:
             m = self.step(r, stage)
             if m['status'] == 'data_stop':
                 self.log(f"ei run: data stop in {r}:{stage}: {m['reason']}")
@@ -428,7 +435,7 @@ class Run:
             'selected': lambda: R.selected, 'samples': lambda: R.samples, 'verdicts': lambda: R.verdicts,
             'model_in': lambda: self.model(max(rnd - 1, 0)), 'model': lambda: self.model(rnd), 'merged': lambda: R.merged,
             'anchor': lambda: self.paths['base_model'] if anchor == 'original' else self.model(rnd - 1), 'averaged': lambda: R.model,
-            'eval_dir': lambda: R.eval_dir,
+            'eval_dir': lambda: R.eval_dir, 'sft_rows': lambda: R.sft_rows, 'sft_logprobs': lambda: R.sft_logprobs,
             'scores': lambda: list(scores) if scores is not None else '<S_1..S_r>', 'data_stop_reason': lambda: data_stop_reason,
             'S_0': lambda: getattr(self, 'S0', '<S_0>'),
             **{k: (lambda k=k: self.verifier_params()[k]) for k in _VERIFY}}
@@ -437,7 +444,23 @@ class Run:
         "The parameters papermill injects into `stage` of round `rnd`: its config section and its wired values."
         if stage not in WIRING: raise BadInput(f'unknown stage {stage!r}')
         src = self.sources(rnd, stage, scores, data_stop_reason)
-        return dict(self.cfg['stages'][stage]) | {k: _param(src[name]()) for k, name in WIRING[stage].items()}
+        return dict(self.cfg['stages'].get(stage, {})) | {k: _param(src[name]()) for k, name in WIRING[stage].items()}
+
+    def links(self, rnd:int, stage:str) -> dict:
+        "`notebook_links` of a step, stepping over the optional stages this run does not run (no link to a notebook that will not exist)."
+        out = {}
+        for label, link in notebook_links(self.layout, rnd, stage, self.cfg['run']['rounds']).items():
+            kind, _, name = label.partition(': ')
+            if name in OPTIONAL_STAGES and name not in self.round_stages():
+                near = ROUND_STAGES[ROUND_STAGES.index(name) + (1 if kind == 'next' else -1)]   # an optional stage is never first or last
+                label, link = f'{kind}: {near}', link.replace(f'{name}.ipynb', f'{near}.ipynb')
+            out[label] = link
+        return out
+
+    def round_stages(self) -> list[str]:
+        "The stages of a round (00..06) in order, the optional ones only when the config enables them."
+        driver = self.cfg['stage_driver']
+        return [s for s in ROUND_STAGES if s not in OPTIONAL_STAGES or driver.get(s, {}).get('enabled', False)]
 
     def step_inputs(self, rnd:int, stage:str) -> dict:
         "Fingerprints of what a step reads from outside the chain: the measurement a selection reads."
@@ -478,7 +501,7 @@ class Run:
         outputs = sorted({p.name for p in root.iterdir()} - before - {'.partial', 'stages'})
         if R.notebook(stage).exists():   # the record opens with the stage's own summary (trail)
             annotate_executed(R.notebook(stage), notebook_path(stage, self.nbs), R.stage_json(stage),
-                              notebook_links(self.layout, rnd, stage, self.cfg['run']['rounds']), None if rnd == FINAL else rnd)
+                              self.links(rnd, stage), None if rnd == FINAL else rnd)
         return res, round(time.time() - t0, 3), outputs
 
     def fail(self, rnd:int, stage:str, res:dict, chain:str, params:dict, extra:dict):
@@ -669,7 +692,7 @@ def plan(run:Run) -> list[dict]:
     if not run.paths['seed_verdicts']: add(0, '01_sample_verify', run.params(0, '01_sample_verify'))
     if not run.paths['baseline_verdicts']: add(0, '04_eval', run.params(0, '04_eval'))
     for r in range(1, cfg['run']['rounds'] + 1):
-        for s in ROUND_STAGES: add(r, s, run.params(r, s))
+        for s in run.round_stages(): add(r, s, run.params(r, s))
     add(FINAL, '06_report', run.params(FINAL, '06_report'))
     return steps
 

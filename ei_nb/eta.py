@@ -34,7 +34,9 @@ ETA_KEYS = {'r_gen': (1025.0, 'generated tokens/s'), 'T_pool': (5000.0, 'mean co
             'save_s_per_40': (198.0, 'checkpoint seconds per 40 micro-steps'), 'micro_tokens': (18432.0, 'tokens per micro-step'),
             'export_s': (360.0, 'merge + export'), 'model_bytes': (16.4e9, 'bytes of one checkpoint'),
             'avg_bytes_per_s': (170e6, 'averaging arithmetic, bytes of output per s'), 'avg_io_s': (540.0, 'averaging I/O'),
-            'stage_s': (30.0, 'a stage without model work'), 'demo_s': (60.0, 'the demo data + warm start')}
+            'stage_s': (30.0, 'a stage without model work'), 'demo_s': (60.0, 'the demo data + warm start'),
+            'correct_per_problem': (3.5, 'correct pool samples per selected problem (the diagnostic scores them)'),
+            'score_speedup': (2.5, 'scoring over training tokens/s: forward only (2 to 3)')}
 
 def stage_work(stage:str, cfg:dict, P:int, N:int, rnd:int=1) -> float:
     "Units of work of a step: samples (01, 04), training tokens (02), output bytes (03), else 1."
@@ -43,6 +45,7 @@ def stage_work(stage:str, cfg:dict, P:int, N:int, rnd:int=1) -> float:
     if stage == '04_eval': return N * st['04_eval']['n']
     if stage == '02_sft': return training_work(st['02_sft'], P, e)
     if stage == '03_average': return e['model_bytes']
+    if stage == '07_sharpen': return min(P * e['correct_per_problem'], st['07_sharpen']['max_samples'] or float('inf'))
     return 1.0
 
 def model_seconds(stage:str, cfg:dict, work:float) -> float:
@@ -54,6 +57,7 @@ def model_seconds(stage:str, cfg:dict, work:float) -> float:
     if stage == '02_sft':
         return work / (e['r_tr'] * e['sft_efficiency']) + work / (e['sft_efficiency'] * e['micro_tokens']) / 40 * e['save_s_per_40'] + e['export_s']
     if stage == '03_average': return work / e['avg_bytes_per_s'] + e['avg_io_s']
+    if stage == '07_sharpen': return 2 * work * e['row_tokens'] / (e['score_speedup'] * e['r_tr']) + e['stage_s']   # two models score each sample
     return e['demo_s'] if stage == 'demo' else e['stage_s']
 
 def eta_seconds(stage:str, cfg:dict, work:float, rates:dict) -> tuple[float, str]:

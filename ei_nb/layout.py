@@ -14,7 +14,7 @@ __all__ = ['ROUND_STAGES', 'ROUND0_STAGES', 'FINAL', 'OUTPUTS', 'RoundLayout', '
            'read_stage_json']
 
 # %% ../nbs/layout.ipynb #0570a557
-ROUND_STAGES = ('00_select', '01_sample_verify', '02_sft', '03_average', '04_eval', '05_stop_rule', '06_report')
+ROUND_STAGES = ('00_select', '01_sample_verify', '02_sft', '03_average', '07_sharpen', '04_eval', '05_stop_rule', '06_report')
 ROUND0_STAGES = ('demo', 'inputs', '01_sample_verify', '04_eval')
 FINAL = 10**6  # the round number of the final report
 OUTPUTS = {
@@ -22,8 +22,9 @@ OUTPUTS = {
     'inputs': ['inputs'],
     '00_select': ['measurement.jsonl', 'selected.jsonl', 'select.json'],
     '01_sample_verify': ['samples.jsonl', 'samples.jsonl.settings.json', 'verdicts.jsonl', 'sample_verify.json', 'sample_verify.png'],
-    '02_sft': ['sft.jsonl', 'sft.json', 'adapter', 'merged', 'checkpoints', 'train.json', 'dpo_pairs.jsonl', 'sft_model'],
+    '02_sft': ['sft.jsonl', 'sft.json', 'adapter', 'merged', 'checkpoints', 'train.json', 'dpo_pairs.jsonl', 'sft_model', 'sft_logprobs.jsonl'],
     '03_average': ['model'],
+    '07_sharpen': ['logprobs_in.jsonl', 'logprobs_out.jsonl', 'uplift.json', 'uplift.png'],
     '04_eval': ['eval'],
     '05_stop_rule': ['decision.json'],
     '06_report': [],
@@ -61,9 +62,20 @@ class RoundLayout:
     def adapter(self) -> Path: return self/'adapter'
     @property
     def merged(self) -> Path: return self/'merged'
+    @property
+    def sft_logprobs(self) -> Path: return self/'sft_logprobs.jsonl'
     # 03_average
     @property
     def model(self) -> Path: return self/'model'
+    # 07_sharpen (optional: after 03_average when the config enables it)
+    @property
+    def logprobs_in(self) -> Path: return self/'logprobs_in.jsonl'
+    @property
+    def logprobs_out(self) -> Path: return self/'logprobs_out.jsonl'
+    @property
+    def uplift_json(self) -> Path: return self/'uplift.json'
+    @property
+    def uplift_png(self) -> Path: return self/'uplift.png'
     # 04_eval
     @property
     def eval_dir(self) -> Path: return self/'eval'
@@ -88,7 +100,7 @@ class RoundLayout:
     def artefacts(self) -> dict[str, Path]:
         "The round's artefacts a manifest lists, by their name in the round folder."
         ps = (self.measurement, self.selected, self.select_json, self.samples, self.verdicts, self.sample_verify_json, self.sft_rows,
-              self.sft_json, self.adapter, self.merged, self.model, self.eval_samples, self.eval_verdicts, self.eval_json, self.decision)
+              self.sft_json, self.sft_logprobs, self.adapter, self.merged, self.model, self.uplift_json, self.uplift_png, self.eval_samples, self.eval_verdicts, self.eval_json, self.decision)
         return {p.relative_to(self.dir).as_posix(): p for p in ps}
     def outputs(self, stage:str) -> list[Path]:
         "What `stage` writes in this round (what `--redo` moves aside), its stage.json included."

@@ -15,9 +15,10 @@ from .prompts import render_prompt
 
 # %% auto #0
 __all__ = ['RANKS', 'SCHEDULES', 'protected_key', 'read_protected', 'protected_index', 'is_protected', 'join_passes',
-           'rank_passes', 'proof_text', 'select_proofs', 'load_tokenizer', 'encode', 'build_sft_rows', 'read_sft_rows',
-           'demo_sft_inputs', 'plan_steps', 'micro_batches', 'split_ranks', 'tokenize_rows', 'collate',
-           'completion_loss', 'loss_module', 'lr_factor', 'atomic_dir', 'trainable_state', 'save_checkpoint',
+           'rank_passes', 'proof_text', 'select_proofs', 'load_tokenizer', 'encode', 'problem_passes', 'rank_weight',
+           'with_logprobs', 'lever_fields', 'build_sft_rows', 'read_sft_rows', 'demo_sft_inputs', 'plan_steps',
+           'micro_batches', 'split_ranks', 'tokenize_rows', 'collate', 'completion_states', 'completion_loss',
+           'token_logprobs', 'loss_module', 'lr_factor', 'atomic_dir', 'trainable_state', 'save_checkpoint',
            'latest_checkpoint', 'load_checkpoint', 'probe_logits', 'export_model', 'load_for_training', 'train_lora',
            'sft_data_cli', 'train_parser', 'run_trainer_cli', 'train_cli', 'check_rows_not_protected']
 
@@ -55,7 +56,7 @@ def is_protected(problem:dict, index:tuple[set, set]) -> bool:
     return problem['name'] in index[0] or protected_key(problem['formal_statement']) in index[1]
 
 # %% ../nbs/02_sft.ipynb #a5075c4e
-RANKS = ('shortest', 'order')
+RANKS = ('shortest', 'order', 'unlikely')
 
 def join_passes(samples:list[dict], verdicts:list[dict]) -> tuple[dict, Counter]:
     "The `pass` samples of each problem as `(sample, verdict)` pairs, and the number of samples per problem."
@@ -68,11 +69,18 @@ def join_passes(samples:list[dict], verdicts:list[dict]) -> tuple[dict, Counter]
         if (v := passed.get((s['name'], s['sample_idx']))) is not None: passes[s['name']].append((s, v))
     return dict(passes), Counter(s['name'] for s in samples)
 
+def _unlikely_key(sv:tuple[dict, dict]) -> tuple:
+    s = sv[0]
+    if 'logprob0' not in s: raise BadInput(f"rank 'unlikely' needs the initial log-prob of every pass: {s['name']!r} sample {s['sample_idx']} has none")
+    return (s['logprob0'], s['sample_idx'])
+
+_RANK_KEYS = {'shortest': lambda sv: (sv[0]['n_tokens'], sv[0]['sample_idx']), 'order': lambda sv: sv[0]['sample_idx'],
+              'unlikely': _unlikely_key}
+
 def rank_passes(passes:list[tuple[dict, dict]], rank:str='shortest') -> list[tuple[dict, dict]]:
-    "`passes` ordered by `rank`: `shortest` (completion `n_tokens`, then `sample_idx`) or `order` (`sample_idx`)."
+    "`passes` ordered by `rank`: `shortest` (completion `n_tokens`, then `sample_idx`), `order` (`sample_idx`) or `unlikely` (initial log-prob `logprob0` of the sample, lowest first, then `sample_idx`)."
     if rank not in RANKS: raise BadInput(f'unknown rank {rank!r}: use one of {RANKS}')
-    key = (lambda sv: (sv[0]['n_tokens'], sv[0]['sample_idx'])) if rank=='shortest' else (lambda sv: sv[0]['sample_idx'])
-    return sorted(passes, key=key)
+    return sorted(passes, key=_RANK_KEYS[rank])
 
 def proof_text(sample:dict, verdict:dict) -> str:
     "The extracted proof (the verdict's `proof`, else the completion), whitespace-normalised: two proofs are the same when these are."
@@ -112,26 +120,59 @@ def _completion(sample:dict, eos:str|None) -> str:
     c = sample['completion']
     return c[:-len(eos)] if eos and c.endswith(eos) else c
 
+def problem_passes(problems:list[dict], samples:list[dict], verdicts:list[dict]) -> tuple[dict, Counter]:
+    "`join_passes`, refusing pass verdicts of a problem that is not in `problems`."
+    passes, n = join_passes(samples, verdicts)
+    unknown = sorted(set(passes) - {p['name'] for p in problems})
+    if unknown: raise BadInput(f'{len(unknown)} problems with pass verdicts are not in the problems file, e.g. {unknown[0]!r}')
+    return passes, n
+
 # %% ../nbs/02_sft.ipynb #a13736fd
+def rank_weight(rank:int, # 0 = most likely correct sample of its problem
+                n_correct:int, # G: correct samples of the problem
+                beta_rank:float=0.25) -> float:
+    "Unlikeliness weight `1 - beta_rank (G - r)/G` of a kept proof."
+    if not 0 <= beta_rank <= 1: raise BadInput(f'beta_rank must be in [0, 1], got {beta_rank}')
+    if not 0 <= rank < n_correct: raise BadInput(f'rank {rank} is not in 0..{n_correct - 1}')
+    return 1 - beta_rank * (n_correct - rank) / n_correct
+
+def with_logprobs(passes:list[tuple[dict, dict]], logprobs:dict) -> list[tuple[dict, dict]]:
+    "`passes` with `logprob0` (from `logprobs[(name, sample_idx)]`) on each sample."
+    missing = [(s['name'], s['sample_idx']) for s,_ in passes if (s['name'], s['sample_idx']) not in logprobs]
+    if missing: raise BadInput(f'no log-prob for pass sample {missing[0]} ({len(missing)} missing): score every pass of the round')
+    return [(s | {'logprob0': float(logprobs[s['name'], s['sample_idx']])}, v) for s,v in passes]
+
+def lever_fields(passes:list[tuple[dict, dict]], # one problem's passes, samples carrying `logprob0`
+                 rank:str, beta_rank:float) -> dict[int, dict]:
+    "By `sample_idx`: the row fields of the lever (rule, `beta_rank`, `logprob0`, `logprob_rank` r, `n_correct` G, `weight`)."
+    order = sorted(passes, key=lambda sv: (-sv[0]['logprob0'], sv[0]['sample_idx']))
+    G = len(order)
+    return {s['sample_idx']: {'rank_rule': rank, 'beta_rank': beta_rank, 'logprob0': s['logprob0'], 'logprob_rank': r,
+                              'n_correct': G, 'weight': rank_weight(r, G, beta_rank)} for r,(s,_) in enumerate(order)}
+
+# %% ../nbs/02_sft.ipynb #a17a9036
 def build_sft_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
                    tokenizer, # tokenizer (or its directory) of the model that sampled
                    round_idx:int, # round written into each row
                    max_per_problem:int=4, # distinct proofs kept per problem at most
-                   rank:str='shortest', # `shortest` or `order`
+                   rank:str='shortest', # `shortest`, `order` or `unlikely` (needs `logprobs`)
                    max_tokens:int=SFT_MAX_TOKENS, # rows longer than this (prompt + completion) are dropped
                    protected=(), # rows with `name`/`formal_statement` that must never appear
                    style:str='chat', # prompt style used for sampling
+                   logprobs:dict|None=None, # `(name, sample_idx)` -> log-prob of each pass under the model that sampled
+                   beta_rank:float=0.0, # row weights `1 - beta_rank (G - r)/G` (0: off, every row weighs 1)
                   ) -> tuple[list[dict], dict]:
     "SFT rows by the keep rules, and stats (counts, and every pass with its length and fate in `candidates`)."
-    tok = load_tokenizer(tokenizer)
+    tok, lever = load_tokenizer(tokenizer), rank == 'unlikely' or beta_rank != 0
+    if not 0 <= beta_rank <= 1: raise BadInput(f'beta_rank must be in [0, 1], got {beta_rank}')
+    if lever and logprobs is None: raise BadInput(f"rank {rank!r} with beta_rank {beta_rank} needs the log-prob of every pass under the model that sampled (`logprobs`)")
     index, eos = protected_index(protected), tok.eos_token
-    passes, n = join_passes(samples, verdicts)
-    unknown = sorted(set(passes) - {p['name'] for p in problems})
-    if unknown: raise BadInput(f'{len(unknown)} problems with pass verdicts are not in the problems file, e.g. {unknown[0]!r}')
+    passes, n = problem_passes(problems, samples, verdicts)
     rows, cands, st = [], [], Counter()
     for p in problems:
         if not (ps := passes.get(p['name'])): continue
         if is_protected(p, index): st['dropped_protected'] += 1; continue
+        if lever: ps = with_logprobs(ps, logprobs)
         prompt = render_prompt(p, tok, style)
         n_prompt = len(encode(tok, [prompt])[0])
         comps = [_completion(s, eos) for s,_ in ps]
@@ -140,13 +181,14 @@ def build_sft_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
         st['dropped_all_solved'] += solved_all
         labels = [(s['sample_idx'], 'all_solved') for s,_ in ps] if solved_all else select_proofs(ps, lengths, max_per_problem, rank, max_tokens)
         by_idx = {s['sample_idx']: (s, c) for (s,_),c in zip(ps, comps)}
+        extra = lever_fields(ps, rank, beta_rank) if lever else {}
         for i,status in labels:
             cands.append({'name': p['name'], 'sample_idx': i, 'n_tokens': lengths[i], 'status': status})
             if status != 'kept': continue
             s, c = by_idx[i]
             rows.append({'name': p['name'], 'sample_idx': i, 'round': round_idx, 'prompt': prompt, 'completion': c,
                          'eos': not s['capped'], 'n_tokens': lengths[i], 'n_prompt_tokens': n_prompt,
-                         'completion_tokens': s['n_tokens']})
+                         'completion_tokens': s['n_tokens']} | extra.get(i, {}))
     status = Counter(c['status'] for c in cands)
     stats = {'rows': len(rows), 'problems': len({r['name'] for r in rows}), 'dropped_too_long': status['too_long'],
              'dropped_all_solved': st['dropped_all_solved'], 'dropped_duplicates': status['duplicate'],
@@ -252,38 +294,59 @@ def tokenize_rows(rows:list[dict], tokenizer, max_tokens:int=SFT_MAX_TOKENS) -> 
     "Token ids and prompt length of each row (end-of-turn appended unless the sample was capped); rows over `max_tokens` are dropped, never truncated."
     eos = [tokenizer.eos_token_id]
     prompts, comps = encode(tokenizer, [r['prompt'] for r in rows]), encode(tokenizer, [r['completion'] for r in rows])
-    out = [{'ids': p + c + (eos if r.get('eos', True) else []), 'n_prompt': len(p)} for r,p,c in zip(rows, prompts, comps)]
+    out = [{'ids': p + c + (eos if r.get('eos', True) else []), 'n_prompt': len(p)} | ({'weight': float(r['weight'])} if 'weight' in r else {})
+           for r,p,c in zip(rows, prompts, comps)]
     kept = [e for e in out if len(e['ids']) <= max_tokens and len(e['ids']) > e['n_prompt']]
     return kept, len(out) - len(kept)
 
 def collate(examples:list[dict], idxs:list[int], device='cpu') -> dict:
-    "One forward pass: rows `idxs` concatenated, `position_ids` restarting per row (only when packed), and the completion `target_mask`."
+    "One forward pass: rows `idxs` concatenated, `position_ids` restarting per row (only when packed), the completion `target_mask`, and `target_weight` (each position's row `weight`) when a row has one."
     import torch
     ids = [t for i in idxs for t in examples[i]['ids']]
     mask = [j >= examples[i]['n_prompt'] for i in idxs for j in range(len(examples[i]['ids']))]
     batch = {'input_ids': torch.tensor([ids], device=device), 'target_mask': torch.tensor([mask], device=device)}
     if len(idxs) > 1: batch['position_ids'] = torch.tensor([[j for i in idxs for j in range(len(examples[i]['ids']))]], device=device)
+    if any('weight' in examples[i] for i in idxs):
+        w = [examples[i].get('weight', 1.0) for i in idxs for _ in examples[i]['ids']]
+        batch['target_weight'] = torch.tensor([w], dtype=torch.float32, device=device)
     return batch
 
 # %% ../nbs/02_sft.ipynb #5909debf
-def _ce_sum(head, h, target):
-    import torch.nn.functional as F
-    return F.cross_entropy(head(h).float(), target, reduction='sum')
-
-def completion_loss(model, input_ids, target_mask, position_ids=None,
-                    chunk:int=4096 # positions per logit chunk
-                   ):
-    "Summed cross-entropy of the tokens where `target_mask` is set, each predicted from the position before it."
-    import torch
-    from torch.utils.checkpoint import checkpoint
+def completion_states(model, input_ids, target_mask, position_ids=None, target_weight=None):
+    "Output head, the decoder's hidden states that predict the completion tokens, those tokens, and their weights (None when unweighted)."
     base = model.get_base_model() if hasattr(model, 'get_base_model') else model
     h = base.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
-    m = target_mask[:, 1:]
-    h, target = h[:, :-1][m], input_ids[:, 1:][m]
-    head, total = base.get_output_embeddings(), h.new_zeros((), dtype=torch.float32)
+    m = target_mask[:, 1:]   # position t predicts token t+1: a weight belongs to the token predicted
+    return base.get_output_embeddings(), h[:, :-1][m], input_ids[:, 1:][m], None if target_weight is None else target_weight[:, 1:][m]
+
+def _ce_sum(head, h, target, w=None):
+    import torch.nn.functional as F
+    if w is None: return F.cross_entropy(head(h).float(), target, reduction='sum')
+    return (F.cross_entropy(head(h).float(), target, reduction='none') * w).sum()
+
+def _ce_tokens(head, h, target):
+    import torch.nn.functional as F
+    return F.cross_entropy(head(h).float(), target, reduction='none')
+
+def completion_loss(model, input_ids, target_mask, position_ids=None,
+                    target_weight=None, # per-position weights (`collate` of weighted rows); None: every token 1
+                    chunk:int=4096 # positions per logit chunk
+                   ):
+    "Summed cross-entropy of the tokens where `target_mask` is set, each predicted from the position before it (times its weight)."
+    import torch
+    from torch.utils.checkpoint import checkpoint
+    head, h, target, w = completion_states(model, input_ids, target_mask, position_ids, target_weight)
+    total = h.new_zeros((), dtype=torch.float32)
     for i in range(0, len(target), chunk):
-        total = total + checkpoint(partial(_ce_sum, head), h[i:i+chunk], target[i:i+chunk], use_reentrant=False)
+        total = total + checkpoint(partial(_ce_sum, head), h[i:i+chunk], target[i:i+chunk], None if w is None else w[i:i+chunk], use_reentrant=False)
     return total
+
+def token_logprobs(model, input_ids, target_mask, position_ids=None, chunk:int=4096):
+    "fp32 log-probability of each token where `target_mask` is set, in order (teacher forcing; no graph is kept per chunk beyond its logits)."
+    head, h, target, _ = completion_states(model, input_ids, target_mask, position_ids)
+    parts = [-_ce_tokens(head, h[i:i+chunk], target[i:i+chunk]) for i in range(0, len(target), chunk)]
+    import torch
+    return torch.cat(parts) if parts else h.new_zeros(0, dtype=torch.float32)
 
 def loss_module(model, chunk:int=4096):
     "`model` in a `torch.nn.Module` whose forward is `completion_loss`, so that DDP can wrap it."
@@ -412,7 +475,7 @@ def load_for_training(model_dir, device, full_finetune:bool=False, lora_r:int=64
 
 def _fingerprint(examples, model_dir, params:dict) -> str:
     h = hashlib.sha256()
-    for e in examples: h.update(json.dumps([e['n_prompt'], e['ids']]).encode())
+    for e in examples: h.update(json.dumps([e['n_prompt'], e['ids']] + ([e['weight']] if 'weight' in e else [])).encode())   # weights resume only their own run
     files = sorted((p.name, p.stat().st_size) for p in Path(model_dir).iterdir() if p.is_file())
     return sha256_json({'rows': h.hexdigest(), 'model': files, 'config': (Path(model_dir)/'config.json').read_text(), 'params': params})
 
@@ -526,11 +589,17 @@ def sft_data_cli(argv:list[str]) -> dict:
     p.add_argument('--max-tokens', type=positive_int, default=SFT_MAX_TOKENS); p.add_argument('--min-rows', type=nonneg_int, default=50)
     p.add_argument('--round', type=nonneg_int, default=0); p.add_argument('--style', default='chat')
     p.add_argument('--protected', action='append', default=[], help='protected problems file (repeatable)')
+    p.add_argument('--logprobs', help='log-probs of the passes under the model that sampled (`ei logprobs`): needed by --rank unlikely and --beta-rank')
+    p.add_argument('--beta-rank', type=float, default=0.0, help='unlikeliness row weights 1 - beta_rank (G - r)/G (0: off)')
     a = p.parse_args(argv)
-    check_output(a.out, [a.problems, a.verdicts, a.samples, *a.protected])
+    check_output(a.out, [a.problems, a.verdicts, a.samples, *a.protected] + ([a.logprobs] if a.logprobs else []))
+    logprobs = None
+    if a.logprobs:
+        from ei_nb.sharpen import read_logprobs
+        logprobs = {(n, int(i)): float(v) for n, i, v in read_logprobs(a.logprobs)[['name', 'sample_idx', 'logprob']].itertuples(index=False)}
     rows, st = build_sft_rows(read_problems(a.problems), read_samples(a.samples), read_verdicts(a.verdicts),
                               a.tokenizer, a.round, a.max_per_problem, a.rank, a.max_tokens,
-                              read_protected(a.protected), a.style)
+                              read_protected(a.protected), a.style, logprobs, a.beta_rank)
     res = {k: st[k] for k in ('rows', 'problems', 'dropped_too_long', 'dropped_all_solved', 'dropped_duplicates')}
     if len(rows) < a.min_rows: raise DataStop(f'{len(rows)} SFT rows < min_rows {a.min_rows}: {json.dumps(res)}')
     write_records(a.out, rows)

@@ -1,7 +1,7 @@
 """07_sharpen against outside references: teacher-forced log-probs against `generate`'s own logits and
-scores (batched, left-padded, real miniF2F prompts), packing, the weighted loss's gradients through a LoRA
-model, the `unlikely` rule against 02_sft's keep rules, and the ranking and uplift on hand-worked and
-random inputs. Tiny models built in code, no downloads."""
+scores (batched, left-padded, real miniF2F prompts), packing, 02_sft's weighted loss and its gradients through
+a LoRA model, the `unlikely` keep rule and row weights of 02_sft, the ranking and uplift on hand-worked and
+random inputs, and the stage itself (papermill, tiny model). Tiny models built in code, no downloads."""
 import math, random
 
 import numpy as np
@@ -13,10 +13,10 @@ from hypothesis import given, settings, strategies as st
 from ei_nb.core import read_problems, read_samples, read_verdicts, shared_data
 from ei_nb.eval import pass_at_k
 from ei_nb.prompts import render_prompt
-from ei_nb.sft import build_sft_rows, collate, completion_loss, demo_sft_inputs, join_passes, select_proofs
-from ei_nb.sharpen import (attach_logprobs, collate_weighted, correct_rows, distinct_correct, example_logprobs,
-                           kept_change, pass_at_n_curve, rank_by_logprob, rank_weight, score_rows, select_unlikely,
-                           subsample_problems, uplift_summary, uplift_table, weight_rows, weighted_completion_loss)
+from ei_nb.sft import (build_sft_rows, collate, completion_loss, demo_sft_inputs, join_passes, lever_fields, proof_text,
+                       rank_weight, select_proofs, with_logprobs)
+from ei_nb.sharpen import (correct_rows, distinct_correct, example_logprobs, kept_change, pass_at_n_curve, rank_by_logprob,
+                           score_passes, score_rows, subsample_problems, uplift_summary, uplift_table)
 
 
 @pytest.fixture(scope='module')
@@ -114,39 +114,56 @@ def test_weighted_loss_and_gradients_through_lora(tiny_model_dir, tok, records):
                           LoraConfig(r=4, lora_alpha=8, target_modules='all-linear', init_lora_weights=False, task_type='CAUSAL_LM'))
     exs, _ = tokenize_rows(correct_rows(*records, tok)[:3], tok)
     ws = [0.75, 0.9375, 0.4]
-    exs = [e | {'weight': w} for e, w in zip(exs, ws)]
+    plain, exs = exs, [e | {'weight': w} for e, w in zip(exs, ws)]
     params = [p for p in lora.parameters() if p.requires_grad]
     def grads(loss):
         g = torch.autograd.grad(loss, params)
         return torch.cat([x.flatten() for x in g])
-    losses = [completion_loss(lora, **collate(exs, [i])) for i in range(3)]
+    losses = [completion_loss(lora, **collate(plain, [i])) for i in range(3)]
+    assert [completion_loss(lora, **collate(exs, [i])).item() for i in range(3)] == pytest.approx([w * l.item() for w, l in zip(ws, losses)], rel=1e-6)
     hand = sum(w * l for w, l in zip(ws, losses))
-    weighted = weighted_completion_loss(lora, **collate_weighted(exs, [0, 1, 2]), chunk=64)
+    weighted = completion_loss(lora, **collate(exs, [0, 1, 2]), chunk=64)
     assert weighted.item() == pytest.approx(hand.item(), rel=1e-5)
     g_hand, g_w = grads(hand), grads(weighted)
     assert torch.allclose(g_w, g_hand, rtol=1e-3, atol=1e-6 * g_hand.abs().max().item())
-    unweighted = weighted_completion_loss(lora, **collate(exs, [0, 1, 2]))
+    unweighted = completion_loss(lora, **collate(plain, [0, 1, 2]))
     assert unweighted.item() == pytest.approx(sum(l.item() for l in losses), rel=1e-5)
 
 
+def test_weighted_loss_by_hand_from_logits(model, tok, records):
+    "The weighted loss of a packed batch = sum over rows of weight x (minus the log-softmax of full logits at each completion token)."
+    from ei_nb.sft import tokenize_rows
+    rows = correct_rows(*records, tok)[:4]
+    ws = [0.75, 0.8125, 1.0, 0.9375]
+    exs, _ = tokenize_rows([r | {'weight': w} for r, w in zip(rows, ws)], tok)
+    hand = 0.0
+    with torch.no_grad():
+        for e, w in zip(exs, ws):
+            logits = model(input_ids=torch.tensor([e['ids']])).logits[0].float()
+            lp = torch.log_softmax(logits[e['n_prompt'] - 1:-1], -1).gather(-1, torch.tensor(e['ids'][e['n_prompt']:])[:, None])
+            hand += w * -lp.sum().item()
+        got = completion_loss(model, **collate(exs, [0, 1, 2, 3]), chunk=16).item()
+    assert got == pytest.approx(hand, rel=1e-5)
+
+
 def test_unlikely_with_length_as_logprob_is_shortest(records, tok):
-    "With `logprob0 = n_tokens` the least likely is the shortest: `select_unlikely` must label exactly as 02_sft's `shortest`."
+    "With `logprob0 = n_tokens` the least likely is the shortest: `unlikely` must label exactly as `shortest`."
     problems, samples, verdicts = records
     passes, n = join_passes([s | {'logprob0': s['n_tokens']} for s in samples], verdicts)
     for name, ps in passes.items():
         lengths = {s['sample_idx']: 40 * s['n_tokens'] % 997 for s, _ in ps}
         for cap, max_tokens in ((1, 18432), (2, 18432), (4, 500)):
-            assert select_unlikely(ps, lengths, cap, max_tokens) == select_proofs(ps, lengths, cap, 'shortest', max_tokens)
+            assert select_proofs(ps, lengths, cap, 'unlikely', max_tokens) == select_proofs(ps, lengths, cap, 'shortest', max_tokens)
 
 
 def test_unlikely_keeps_the_lowest_logprob_distinct_proofs(records):
     problems, samples, verdicts = records
     rng = random.Random(0)
     lp = {(s['name'], s['sample_idx']): rng.uniform(-50, -1) for s in samples}
-    passes, _ = join_passes(attach_logprobs(samples, [{'name': k[0], 'sample_idx': k[1], 'logprob0': v} for k, v in lp.items()]), verdicts)
-    from ei_nb.sft import proof_text
+    passes, _ = join_passes(samples, verdicts)
     for name, ps in passes.items():
-        labels = dict(select_unlikely(ps, {s['sample_idx']: 1 for s, _ in ps}, 2))
+        ps = with_logprobs(ps, lp)
+        labels = dict(select_proofs(ps, {s['sample_idx']: 1 for s, _ in ps}, 2, 'unlikely'))
         best = {}   # least likely sample of each distinct proof
         for s, v in ps:
             t = proof_text(s, v)
@@ -182,8 +199,12 @@ def test_rank_and_uplift_second_hand_example():
     k = kept_change(r, {('p', 0), ('r', 1)})
     assert k['kept'] == {'count': 2, 'mean_change': pytest.approx(1.0)}
     assert k['not_kept']['mean_change'] == pytest.approx((-1 - 0.5 + 0.5 + 1 + 0) / 5)
-    w = weight_rows([{'name': 'p', 'sample_idx': 0}, {'name': 'p', 'sample_idx': 1}, {'name': 'q', 'sample_idx': 5}], r, 0.25)
-    assert [x['weight'] for x in w] == pytest.approx([1 - 0.25 / 4, 0.75, 0.75])
+    fields = {}
+    for name, g in df.groupby('name'):   # 02_sft's rank and weight of each correct sample agree with the ranking here
+        fields |= {(name, i): f for i, f in lever_fields([({'sample_idx': int(i), 'logprob0': lp}, {}) for i, lp in
+                                                           zip(g['sample_idx'], g['logprob0'])], 'unlikely', 0.25).items()}
+    assert [fields[n, i]['logprob_rank'] for n, i in zip(r['name'], r['sample_idx'])] == r['rank'].tolist()
+    assert [fields[k]['weight'] for k in (('p', 0), ('p', 1), ('q', 5))] == pytest.approx([1 - 0.25 / 4, 0.75, 0.75])
 
 
 @settings(max_examples=40, deadline=None)
@@ -251,3 +272,126 @@ def test_cli_refuses_mismatched_files(tmp_path, tiny_model_dir, records, tok):
     assert not (tmp_path / 'c.jsonl').exists() and not (tmp_path / 'uplift.json').exists()
     res = uplift_cli(['--before', str(tmp_path / 'a.jsonl'), '--after', str(tmp_path / 'b.jsonl'), '--out-dir', str(tmp_path)])
     assert res['samples'] == a['samples'] and res['uplift_rate'] <= 1 and (tmp_path / 'uplift.png').exists()
+
+
+# -- the lever in 02_sft's rows and training --------------------------------------------------------------
+
+def _lp(samples, seed=0):
+    rng = random.Random(seed)
+    return {(s['name'], s['sample_idx']): rng.uniform(-50, -1) for s in samples}
+
+
+def test_unlikely_rows_are_the_lowest_logprob_distinct_proofs_with_their_weights(records, tok):
+    "Rows of `rank = 'unlikely'`: per problem with a contrast, the k least likely distinct proofs, each with rank, G and weight."
+    problems, samples, verdicts = records
+    lp = _lp(samples)
+    rows, _ = build_sft_rows(problems, samples, verdicts, tok, 1, max_per_problem=2, rank='unlikely', logprobs=lp, beta_rank=0.25)
+    passes, n = join_passes(samples, verdicts)
+    want = {}
+    for name, ps in passes.items():
+        if len(ps) == n[name]: continue   # solved by every sample: no contrast, no row
+        best = {}
+        for s, v in ps:
+            t = proof_text(s, v)
+            best[t] = min(best.get(t, (math.inf, 0)), (lp[name, s['sample_idx']], s['sample_idx']))
+        order = sorted(ps, key=lambda sv: (-lp[name, sv[0]['sample_idx']], sv[0]['sample_idx']))   # rank 0 = most likely
+        rank = {s['sample_idx']: r for r, (s, _) in enumerate(order)}
+        for _, i in sorted(best.values())[:2]: want[name, i] = (rank[i], len(ps), 1 - 0.25 * (len(ps) - rank[i]) / len(ps))
+    assert rows and {(r['name'], r['sample_idx']) for r in rows} == set(want)
+    for r in rows:
+        assert (r['logprob_rank'], r['n_correct']) == want[r['name'], r['sample_idx']][:2]
+        assert r['weight'] == pytest.approx(want[r['name'], r['sample_idx']][2])
+        assert (r['rank_rule'], r['beta_rank'], r['logprob0']) == ('unlikely', 0.25, lp[r['name'], r['sample_idx']])
+
+
+def test_default_rows_are_unchanged(records, tok, tmp_path):
+    "The defaults (shortest, beta_rank 0) write the same bytes whether or not log-probs are at hand, and no lever field."
+    from ei_nb.core import write_records
+    problems, samples, verdicts = records
+    plain, _ = build_sft_rows(problems, samples, verdicts, tok, 1)
+    given, _ = build_sft_rows(problems, samples, verdicts, tok, 1, logprobs=_lp(samples))
+    write_records(tmp_path / 'a.jsonl', plain); write_records(tmp_path / 'b.jsonl', given)
+    assert (tmp_path / 'a.jsonl').read_bytes() == (tmp_path / 'b.jsonl').read_bytes()
+    assert set().union(*plain) == {'name', 'sample_idx', 'round', 'prompt', 'completion', 'eos', 'n_tokens', 'n_prompt_tokens', 'completion_tokens'}
+    shortest_w, _ = build_sft_rows(problems, samples, verdicts, tok, 1, logprobs=_lp(samples), beta_rank=0.5)
+    assert [(r['name'], r['sample_idx']) for r in shortest_w] == [(r['name'], r['sample_idx']) for r in plain]   # weights only
+    assert {r['rank_rule'] for r in shortest_w} == {'shortest'} and all(0.5 <= r['weight'] < 1 for r in shortest_w)
+
+
+def test_weights_reach_the_training_loss(tiny_model_dir, tok, records, tmp_path):
+    "One full-fine-tune step: the first logged loss is the weighted completion loss of the step over its token count."
+    from transformers import AutoModelForCausalLM
+    from ei_nb.sft import tokenize_rows, train_lora
+    problems, samples, verdicts = records
+    rows, _ = build_sft_rows(problems, samples, verdicts, tok, 1, max_per_problem=1, rank='unlikely', logprobs=_lp(samples), beta_rank=0.25)
+    rows = rows[:3]
+    m = train_lora(tiny_model_dir, rows, tmp_path / 'w', lr=1e-3, full_finetune=True, batch_tokens=10**6, max_steps=1, save_every=0, epochs=1)
+    exs, _ = tokenize_rows(rows, tok)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with torch.no_grad():
+        hand = sum(e['weight'] * completion_loss(model, **collate([{k: e[k] for k in ('ids', 'n_prompt')}], [0])).item() for e in exs)
+    n_tgt = sum(len(e['ids']) - e['n_prompt'] for e in exs)
+    assert m['first_loss'] == pytest.approx(hand / n_tgt, rel=1e-4)
+    assert {e['weight'] for e in exs} != {1.0}
+
+
+def test_score_passes_only_and_cap(records, tiny_model_dir, tok):
+    problems, samples, verdicts = records
+    allp = score_passes(tiny_model_dir, problems, samples, verdicts, device='cpu')
+    assert len(allp) == sum(v['verdict'] == 'pass' for v in verdicts)
+    capped = score_passes(tiny_model_dir, problems, samples, verdicts, max_samples=10, seed=3, device='cpu')
+    assert 0 < len(capped) <= 10
+    again = score_passes(tiny_model_dir, problems, samples, verdicts, only=[(x['name'], x['sample_idx']) for x in capped], device='cpu')
+    assert [(x['name'], x['sample_idx']) for x in again] == [(x['name'], x['sample_idx']) for x in capped]
+    assert [x['logprob'] for x in again] == pytest.approx([x['logprob'] for x in capped], abs=1e-4)
+
+
+@pytest.mark.slow
+def test_stage_runs_under_papermill_on_a_tiny_model(records, tiny_model_dir, tok, tmp_path):
+    """The stage as the driver runs it (papermill, injected paths, a cap): its files, and the diagnostic of a model
+    against itself (no sample's log-prob rises; every rank present with its count)."""
+    import json
+    from pathlib import Path
+    import papermill as pm
+    from ei_nb.core import write_records
+    from ei_nb.layout import RunLayout, read_stage_json
+    problems, samples, verdicts = records
+    R = RunLayout(tmp_path / 'run').round(1)
+    R.dir.mkdir(parents=True)
+    write_records(R.selected, problems); write_records(R.samples, samples); write_records(R.verdicts, verdicts)
+    rows, _ = build_sft_rows(problems, samples, verdicts, tok, 1)
+    write_records(R.sft_rows, rows)
+    nb = Path(__file__).resolve().parents[1] / 'nbs' / '07_sharpen.ipynb'
+    pm.execute_notebook(str(nb), str(R.notebook('07_sharpen')), kernel_name='python3', progress_bar=False, cwd=str(nb.parent),
+                        parameters={'problems_path': str(R.selected), 'samples_path': str(R.samples), 'verdicts_path': str(R.verdicts),
+                                    'model_in': str(tiny_model_dir), 'model_out': str(tiny_model_dir), 'sft_path': str(R.sft_rows),
+                                    'logprobs_in_path': str(R.sft_logprobs), 'out_dir': str(R.dir), 'max_samples': 30,
+                                    'stage_json': str(R.stage_json('07_sharpen')), 'style': 'chat'})
+    rec = read_stage_json(R.stage_json('07_sharpen'))
+    up = json.loads(R.uplift_json.read_text())
+    assert 0 < rec['headline']['samples'] <= 30 and rec['headline']['uplift_rate'] == 0
+    assert sum(t['count'] for t in up['table']) == rec['headline']['samples'] == len(list(open(R.logprobs_out)))
+    kept = {(r['name'], r['sample_idx']) for r in rows}
+    scored = {(json.loads(l)['name'], json.loads(l)['sample_idx']) for l in open(R.logprobs_in)}
+    assert up['kept_change']['kept']['count'] == len(kept & scored)
+    assert R.uplift_png.read_bytes()[:4] == b'\x89PNG' and not up['reused_input_logprobs']
+
+
+def test_sft_data_cli_takes_the_lever_from_a_logprobs_file(tmp_path, tiny_model_dir, records):
+    "`ei sft-data --rank unlikely --beta-rank 0.25 --logprobs F` (F from `ei logprobs`); without F it is bad input, nothing written."
+    import json
+    from ei_nb.core import BadInput, write_records
+    from ei_nb.sft import sft_data_cli
+    from ei_nb.sharpen import logprobs_cli
+    problems, samples, verdicts = records
+    paths = {k: tmp_path / f'{k}.jsonl' for k in ('problems', 'samples', 'verdicts')}
+    for k, recs in zip(paths, records): write_records(paths[k], recs)
+    files = [x for k, p in paths.items() for x in (f'--{k}', str(p))]
+    logprobs_cli(['--model', str(tiny_model_dir), '--out', str(tmp_path / 'lp.jsonl')] + files)
+    common = files + ['--tokenizer', str(tiny_model_dir), '--min-rows', '1', '--rank', 'unlikely']
+    with pytest.raises(BadInput, match='needs the log-prob'): sft_data_cli(common + ['--out', str(tmp_path / 'x.jsonl')])
+    assert not (tmp_path / 'x.jsonl').exists()
+    sft_data_cli(common + ['--out', str(tmp_path / 'rows.jsonl'), '--logprobs', str(tmp_path / 'lp.jsonl'), '--beta-rank', '0.25'])
+    rows = [json.loads(l) for l in open(tmp_path / 'rows.jsonl')]
+    lp = {(json.loads(l)['name'], json.loads(l)['sample_idx']): json.loads(l)['logprob'] for l in open(tmp_path / 'lp.jsonl')}
+    assert rows and all(r['logprob0'] == lp[r['name'], r['sample_idx']] and r['weight'] == rank_weight(r['logprob_rank'], r['n_correct'], 0.25) for r in rows)
