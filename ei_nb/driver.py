@@ -29,8 +29,11 @@ WIRING = {
     '01_sample_verify': {'problems_path': 'to_sample', 'model_dir': 'model_in', 'out_dir': 'round_dir', 'round_idx': 'round',
                          'prompt_style': 'prompt_style', 'seed_samples_path': 'seed_samples', 'seed_verdicts_path': 'seed_verdicts',
                          'data_rule': 'in_a_round', **_VERIFY},
+    '01c_correct': {'problems_path': 'selected', 'samples_path': 'samples', 'verdicts_path': 'verdicts', 'model_dir': 'model_in',
+                    'out_dir': 'round_dir', 'round_idx': 'round', 'prompt_style': 'prompt_style', 'protected_paths': 'excluded', **_VERIFY},
     '02_sft': {'problems_path': 'selected', 'samples_path': 'samples', 'verdicts_path': 'verdicts', 'model_dir': 'model_in',
-               'out_dir': 'round_dir', 'protected_paths': 'excluded', 'round_idx': 'round', 'style': 'prompt_style'},
+               'out_dir': 'round_dir', 'protected_paths': 'excluded', 'round_idx': 'round', 'style': 'prompt_style',
+               'correction_rows_path': 'correction_rows'},
     '03_average': {'anchor_dir': 'anchor', 'finetuned_dir': 'merged', 'out_dir': 'averaged'},
     '04_eval': {'problems_path': 'scored', 'model_dir': 'model', 'out_dir': 'eval_dir', 'round_idx': 'round',
                 'prompt_style': 'prompt_style', 'allow_test_selection': 'allow_test_selection', **_VERIFY},
@@ -43,7 +46,7 @@ WIRING = {
 }
 WIRING = {s: w | {'stage_json': 'stage_json'} for s, w in WIRING.items()}
 WIRED = {s: set(w) for s, w in WIRING.items()}
-OPTIONAL_STAGES = {'07_sharpen': 'sharpen'}   # stage -> config section; it runs only when that section says `enabled = true`
+OPTIONAL_STAGES = {'01c_correct': 'correct', '07_sharpen': 'sharpen'}   # stage -> config section; it runs only when that section says `enabled = true`
 SECTIONS = _MARKER_SECTIONS | OPTIONAL_STAGES   # config section of every stage
 
 def notebook_path(stage:str, nbs=None) -> Path:
@@ -94,7 +97,8 @@ DRIVER_KEYS = {
     'eta': ETA_KEYS,
 }
 STAGE_DRIVER_KEYS = {'03_average': {'anchor': ('original', 'original (the base model) or previous (the round input)')},
-                     '07_sharpen': {'enabled': (False, 'run the uplift diagnostic after 03_average in every round')}}
+                     '07_sharpen': {'enabled': (False, 'run the uplift diagnostic after 03_average in every round')},
+                     '01c_correct': {'enabled': (False, 'run the self-correction stage (nbs/01c_correct.ipynb) after 01 in every round')}}
 _STAGE_OF = {v: k for k, v in SECTIONS.items()}
 
 def _type_ok(value, default) -> bool:
@@ -436,6 +440,7 @@ class Run:
             'model_in': lambda: self.model(max(rnd - 1, 0)), 'model': lambda: self.model(rnd), 'merged': lambda: R.merged,
             'anchor': lambda: self.paths['base_model'] if anchor == 'original' else self.model(rnd - 1), 'averaged': lambda: R.model,
             'eval_dir': lambda: R.eval_dir, 'sft_rows': lambda: R.sft_rows, 'sft_logprobs': lambda: R.sft_logprobs,
+            'correction_rows': lambda: R.correction_rows if '01c_correct' in self.round_stages() else '',
             'scores': lambda: list(scores) if scores is not None else '<S_1..S_r>', 'data_stop_reason': lambda: data_stop_reason,
             'S_0': lambda: getattr(self, 'S0', '<S_0>'),
             **{k: (lambda k=k: self.verifier_params()[k]) for k in _VERIFY}}

@@ -42,6 +42,7 @@ def stage_work(stage:str, cfg:dict, P:int, N:int, rnd:int=1) -> float:
     "Units of work of a step: samples (01, 04), training tokens (02), output bytes (03), else 1."
     st, e = cfg['stages'], cfg['eta']
     if stage == '01_sample_verify': return P * st['01_sample_verify']['n']
+    if stage == '01c_correct': return P * st['01c_correct']['max_per_problem'] * st['01c_correct']['n']   # at most: every problem has failures
     if stage == '04_eval': return N * st['04_eval']['n']
     if stage == '02_sft': return training_work(st['02_sft'], P, e)
     if stage == '03_average': return e['model_bytes']
@@ -51,7 +52,7 @@ def stage_work(stage:str, cfg:dict, P:int, N:int, rnd:int=1) -> float:
 def model_seconds(stage:str, cfg:dict, work:float) -> float:
     "Seconds for `work` units of `stage` by the compute model."
     e, st = cfg['eta'], cfg['stages']
-    if stage in ('01_sample_verify', '04_eval'):
+    if stage in ('01_sample_verify', '01c_correct', '04_eval'):   # sampling and verifying: a correction is a pool-length proof
         T = min(e['T_pool' if stage[:2] == '01' else 'T_eval'], st[stage]['max_new_tokens'])
         return max(work * T / e['r_gen'], work * e['f_code'] * e['t_v']) + e['gv_overhead_s' if stage[:2] == '01' else 'eval_overhead_s']
     if stage == '02_sft':

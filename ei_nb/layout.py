@@ -14,7 +14,7 @@ __all__ = ['ROUND_STAGES', 'ROUND0_STAGES', 'FINAL', 'OUTPUTS', 'RoundLayout', '
            'read_stage_json']
 
 # %% ../nbs/layout.ipynb #0570a557
-ROUND_STAGES = ('00_select', '01_sample_verify', '02_sft', '03_average', '07_sharpen', '04_eval', '05_stop_rule', '06_report')
+ROUND_STAGES = ('00_select', '01_sample_verify', '01c_correct', '02_sft', '03_average', '07_sharpen', '04_eval', '05_stop_rule', '06_report')
 ROUND0_STAGES = ('demo', 'inputs', '01_sample_verify', '04_eval')
 FINAL = 10**6  # the round number of the final report
 OUTPUTS = {
@@ -22,6 +22,8 @@ OUTPUTS = {
     'inputs': ['inputs'],
     '00_select': ['measurement.jsonl', 'selected.jsonl', 'select.json'],
     '01_sample_verify': ['samples.jsonl', 'samples.jsonl.settings.json', 'verdicts.jsonl', 'sample_verify.json', 'sample_verify.png'],
+    '01c_correct': ['correction_problems.jsonl', 'correction_samples.jsonl', 'correction_samples.jsonl.settings.json',
+                    'correction_verdicts.jsonl', 'correction_rows.jsonl', 'correct.json'],
     '02_sft': ['sft.jsonl', 'sft.json', 'adapter', 'merged', 'checkpoints', 'train.json', 'dpo_pairs.jsonl', 'sft_model', 'sft_logprobs.jsonl'],
     '03_average': ['model'],
     '07_sharpen': ['logprobs_in.jsonl', 'logprobs_out.jsonl', 'uplift.json', 'uplift.png'],
@@ -53,6 +55,13 @@ class RoundLayout:
     def verdicts(self) -> Path: return self/'verdicts.jsonl'
     @property
     def sample_verify_json(self) -> Path: return self/'sample_verify.json'
+    # 01c_correct (optional: after 01 when the config enables it)
+    @property
+    def correction_verdicts(self) -> Path: return self/'correction_verdicts.jsonl'
+    @property
+    def correction_rows(self) -> Path: return self/'correction_rows.jsonl'
+    @property
+    def correct_json(self) -> Path: return self/'correct.json'
     # 02_sft
     @property
     def sft_rows(self) -> Path: return self/'sft.jsonl'
@@ -99,7 +108,8 @@ class RoundLayout:
     def notebook(self, stage:str) -> Path: return self/f'{stage}.ipynb'
     def artefacts(self) -> dict[str, Path]:
         "The round's artefacts a manifest lists, by their name in the round folder."
-        ps = (self.measurement, self.selected, self.select_json, self.samples, self.verdicts, self.sample_verify_json, self.sft_rows,
+        ps = (self.measurement, self.selected, self.select_json, self.samples, self.verdicts, self.sample_verify_json,
+              self.correction_verdicts, self.correction_rows, self.correct_json, self.sft_rows,
               self.sft_json, self.sft_logprobs, self.adapter, self.merged, self.model, self.uplift_json, self.uplift_png, self.eval_samples, self.eval_verdicts, self.eval_json, self.decision)
         return {p.relative_to(self.dir).as_posix(): p for p in ps}
     def outputs(self, stage:str) -> list[Path]:

@@ -9,8 +9,8 @@ from .core import BadInput, read_frame, read_problems
 
 # %% auto #0
 __all__ = ['mcnemar_p', 'solved_by_problem', 'mcnemar_table', 'mcnemar_power', 'min_detectable_effect', 'power_statement',
-           'mcnemar_files', 'mcnemar_cli', 'load_run', 'example_run', 'round_table', 'mcnemar_rows', 'save_figure',
-           'plot_bands', 'plot_scores', 'plot_sft', 'plot_pass_at_k', 'plot_lengths', 'decision_text',
+           'mcnemar_files', 'mcnemar_cli', 'load_run', 'example_run', 'round_table', 'mcnemar_rows', 'training_table',
+           'save_figure', 'plot_bands', 'plot_scores', 'plot_sft', 'plot_pass_at_k', 'plot_lengths', 'decision_text',
            'solved_by_round', 'solved_summary', 'pool_pass_rates']
 
 # %% ../nbs/06_report.ipynb #5bd7e245
@@ -218,6 +218,22 @@ def mcnemar_rows(run:dict, alpha:float=0.05, p_disc_assumed:float=0.12) -> 'pd.D
                          'power': power_statement(t['n'], p_disc if p_disc > 0 else p_disc_assumed, alpha, assumed=p_disc == 0)})
         prev = (f"round {r['round']}", cur)
     return pd.DataFrame(rows)
+
+# %% ../nbs/06_report.ipynb #aa166aad
+def training_table(run:dict) -> 'pd.DataFrame':
+    "Per round: the objective, SFT rows and the correction rows among them, DPO pairs and their last margin/accuracy, self-correction counts."
+    import pandas as pd
+    rows = []
+    for r in run['rounds']:
+        sft, corr = r['sft'] or {}, _json(r['files'].correct_json) or {}
+        data = sft.get('data') or {}
+        n_rows, n_corr = data.get('rows'), data.get('correction_rows', 0)
+        rows.append({'round': r['round'], 'objective': sft.get('objective', 'sft'), 'sft_rows': n_rows, 'correction_rows': n_corr,
+                     'correction_share': n_corr / n_rows if n_rows else None, 'dpo_pairs': sft.get('pairs'),
+                     'dpo_final_margin': sft.get('final_margin'), 'dpo_final_accuracy': sft.get('final_accuracy'),
+                     'failures_tried': corr.get('failures_tried'), 'corrections_verified': corr.get('corrections_verified'),
+                     'correction_tokens': corr.get('tokens')})
+    return pd.DataFrame(rows).set_index('round') if rows else pd.DataFrame()
 
 # %% ../nbs/06_report.ipynb #58219c43
 def save_figure(fig, figures_dir, name:str):
