@@ -286,7 +286,8 @@ def execute(stage_nb, out_nb, parameters:dict, cwd, tag:str, banner:str, kernel:
            'driver_pid': os.getpid()}
     Path(job['result']).unlink(missing_ok=True)
     atomic_write_json(work/f'{out_nb.stem}.job.json', job)
-    kenv = {**os.environ, **(env or {}), 'EI_RUN_TAG': tag, 'MPLBACKEND': 'module://matplotlib_inline.backend_inline'}
+    kenv = {**os.environ, **(env or {}), 'EI_RUN_TAG': tag, 'MPLBACKEND': 'module://matplotlib_inline.backend_inline',
+            'TQDM_DISABLE': '1', 'HF_HUB_DISABLE_PROGRESS_BARS': '1'}   # progress bars are noise in a stage's record and log
     with open(log_path or work/f'{out_nb.stem}.log', 'ab') as log:
         proc = subprocess.Popen([sys.executable, '-c', _CHILD, str(work/f'{out_nb.stem}.job.json')], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=kenv, start_new_session=True)
@@ -505,7 +506,7 @@ class Run:
                       {k: str(v) for k, v in self.cfg['run']['env'].items()}, R.partial/f'{stage}.log')
         outputs = sorted({p.name for p in root.iterdir()} - before - {'.partial', 'stages'})
         if R.notebook(stage).exists():   # the record opens with the stage's own summary (trail)
-            annotate_executed(R.notebook(stage), notebook_path(stage, self.nbs), R.stage_json(stage),
+            annotate_executed(R.notebook(stage), f'nbs/{stage}.ipynb', R.stage_json(stage),   # the repository path, not this machine's
                               self.links(rnd, stage), None if rnd == FINAL else rnd)
         return res, round(time.time() - t0, 3), outputs
 

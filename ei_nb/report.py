@@ -219,7 +219,7 @@ def mcnemar_rows(run:dict, alpha:float=0.05, p_disc_assumed:float=0.12) -> 'pd.D
         prev = (f"round {r['round']}", cur)
     return pd.DataFrame(rows)
 
-# %% ../nbs/06_report.ipynb #aa166aad
+# %% ../nbs/06_report.ipynb #d9422e6f
 def training_table(run:dict) -> 'pd.DataFrame':
     "Per round: the objective, SFT rows and the correction rows among them, DPO pairs and their last margin/accuracy, self-correction counts."
     import pandas as pd

@@ -191,3 +191,16 @@ def test_02_trains_on_capped_corrections(tmp_path):
                             parameters={'out_dir': str(tmp_path/'round2'), 'correction_rows_path': str(tmp_path/'corr.jsonl'),
                                         'max_correction_frac': 0.2, 'max_steps': 1, 'min_rows': 1,
                                         'protected_paths': [str(tmp_path/'protected.jsonl')]})
+
+
+def test_the_stage_is_wired_only_when_enabled(tmp_path):
+    "demo_corrections.toml runs 01c after 01 in every round and feeds 02 its rows; demo.toml has neither."
+    from ei_nb.driver import Run, load_config, plan
+    cfgs = Path(__file__).resolve().parents[1]/'configs'
+    for name, on in (('demo_corrections.toml', True), ('demo.toml', False)):
+        run = Run(load_config(cfgs/name), tmp_path/name)
+        steps = [(s['round'], s['stage']) for s in plan(run)]
+        assert ((1, '01c_correct') in steps) == on and ((2, '01c_correct') in steps) == on, steps
+        if on: assert steps.index((1, '01c_correct')) == steps.index((1, '01_sample_verify')) + 1
+        rows = run.params(1, '02_sft')['correction_rows_path']
+        assert rows == (str(tmp_path/name/'round_01'/'correction_rows.jsonl') if on else ''), rows
