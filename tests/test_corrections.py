@@ -103,8 +103,8 @@ def tiny(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp('m')/'tiny')
 
 
-def round_files(d:Path):
-    "A round's 01 records: sample 0 failed with a Lean error, 1 was a pre-check cheat, 2 timed out, 3 passed."
+def round_files(d:Path, extra:int=0):
+    "A round's 01 records: sample 0 failed with a Lean error, 1 was a pre-check cheat, 2 timed out, 3 passed; `extra` more Lean failures."
     from ei_nb.core import write_records
     p, fs = MINIF2F[NAME], FEW_SHOT[NAME]
     good = fs['formal_statement'] + fs['formal_proof']
@@ -118,6 +118,8 @@ def round_files(d:Path):
                  'messages': [{'severity': 'error', 'rule': 'sorry', 'text': 'sorry: line 3'}]},
                 {'name': NAME, 'sample_idx': 2, 'verdict': 'error', 'proof': bad, 'reason': 'repl: timeout after 300 s'},
                 {'name': NAME, 'sample_idx': 3, 'verdict': 'pass', 'proof': good, 'reason': None}]
+    for i in range(4, 4 + extra):
+        samples.append(sample(f'```lean4\n{bad}{" " * i}\n```', i)); verdicts.append({**verdicts[0], 'sample_idx': i, 'proof': bad + ' ' * i})
     write_records(d/'selected.jsonl', [p], 'problem'); write_records(d/'samples.jsonl', samples, 'sample')
     write_records(d/'verdicts.jsonl', verdicts, 'verdict')
     return d/'selected.jsonl', d/'samples.jsonl', d/'verdicts.jsonl'
@@ -134,11 +136,11 @@ class Scripted(TransformersSampler):
                 for _ in prompts]
 
 
-def correct(tiny, d, out, **kw):
+def correct(tiny, d, out, sampler=Scripted, extra=0, **kw):
     from ei_nb.correct import run_correct
     from ei_nb.sample import verifier_of
-    SAMPLERS['scripted'] = Scripted
-    return run_correct(*round_files(d), tiny, out, 1, n=kw.pop('n', 3), max_new_tokens=12, prompt_style='completion', sampler='scripted',
+    SAMPLERS['scripted'] = sampler
+    return run_correct(*round_files(d, extra), tiny, out, 1, n=kw.pop('n', 3), max_new_tokens=12, prompt_style='completion', sampler='scripted',
                        verifier=verifier_of('tests.test_corrections:accept_all'), log=lambda *a: None, progress=False, **kw)
 
 
@@ -204,3 +206,35 @@ def test_the_stage_is_wired_only_when_enabled(tmp_path):
         if on: assert steps.index((1, '01c_correct')) == steps.index((1, '01_sample_verify')) + 1
         rows = run.params(1, '02_sft')['correction_rows_path']
         assert rows == (str(tmp_path/name/'round_01'/'correction_rows.jsonl') if on else ''), rows
+
+
+class SlowScripted(Scripted):
+    def generate(self, prompts, params, seeds):
+        import time; time.sleep(1.5)
+        return super().generate(prompts, params, seeds)
+
+
+def test_sigkill_inside_the_stage_then_rerun_gives_identical_files(tiny, tmp_path):
+    "Killed while correcting the third of six failures (one per chunk); the rerun resumes to the files of an uninterrupted run."
+    import signal, subprocess, time
+    from ei_nb.core import iter_jsonl
+    kw = dict(extra=5, max_per_problem=6, chunk_problems=1)
+    correct(tiny, tmp_path/'a', tmp_path/'a'/'out', **kw)
+    (tmp_path/'b').mkdir()
+    child = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r}); from pathlib import Path; "
+             f"import tests.test_corrections as T; T.correct(Path({str(tiny)!r}), Path({str(tmp_path/'b')!r}), "
+             f"Path({str(tmp_path/'b'/'out')!r}), sampler=T.SlowScripted, **{kw!r})")
+    proc = subprocess.Popen([sys.executable, '-c', child], stderr=subprocess.PIPE, text=True)
+    got, t0 = tmp_path/'b'/'out'/'correction_samples.jsonl', time.time()
+    while not (got.exists() and got.read_text().count('\n') >= 6):            # two chunks (of three samples) written
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        assert time.time() - t0 < 120; time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL); proc.wait()
+    assert not (tmp_path/'b'/'out'/'correct.json').exists()                   # killed inside the stage
+    correct(tiny, tmp_path/'b', tmp_path/'b'/'out', **kw)
+    for f in ('correction_problems.jsonl', 'correction_samples.jsonl', 'correction_verdicts.jsonl', 'correction_rows.jsonl'):
+        rows = lambda d: [{k: v for k, v in r.items() if k != 'verify_s'} for _, r in iter_jsonl(tmp_path/d/'out'/f)]
+        assert rows('a') == rows('b'), f
+    a, b = (json.loads((tmp_path/d/'out'/'correct.json').read_text()) for d in 'ab')
+    same = lambda r: {k: v for k, v in r.items() if k not in ('timings', 'n_generated')}   # the rerun generated only what was missing
+    assert same(a) == same(b) and b['n_generated'] < a['n_generated']
