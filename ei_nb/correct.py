@@ -8,7 +8,7 @@ import math
 from collections import Counter
 from pathlib import Path
 from .core import BadInput, atomic_write_json, read_problems, read_samples, read_verdicts, write_records
-from .prompts import correction_messages, error_feedback, render_prompt
+from .prompts import correction_messages, error_feedback, render_prompt, statement_open
 from .sft import _completion, encode, is_protected, load_tokenizer, protected_index, select_proofs
 
 # %% auto #0
@@ -48,7 +48,7 @@ def correction_prompt(problem:dict, sample:dict, verdict:dict, tokenizer=None, s
     if style == 'completion':
         said = '\n'.join(f'-- {l}' for l in feedback.splitlines() if l.strip())
         note = f'-- The previous proof attempt failed. Lean said:\n{said}\n-- A corrected proof:\n'
-        return problem['header'] + note + problem.get('informal_prefix', '') + problem['formal_statement'].rstrip() + '\n'
+        return note + statement_open(problem)   # the feedback first: the file the model continues is the ordinary one
     turn = correction_messages(problem, sample['completion'], feedback)
     if tokenizer is None: return '\n\n'.join(f"[{m['role']}]\n{m['content']}" for m in turn)
     return tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)
