@@ -423,8 +423,9 @@ def _pos(p) -> tuple[int, int]|None:
     return (p['line'], p.get('column', 0)) if isinstance(p, dict) and isinstance(p.get('line'), int) else None
 
 def _in_proof(line:int, offsets, body_lines:int) -> int|None:
-    "`line` of the reply in the proof's own lines: the largest offset that puts it inside the proof."
-    return next((line - o for o in sorted(offsets, reverse=True) if 1 <= line - o <= body_lines), None)
+    "`line` of the reply in the proof's own lines: the smallest offset that puts it inside the proof."
+    # kimina-lean-server counts from its first non-import line (the smaller offset), other servers from the file's start
+    return next((line - o for o in sorted(offsets) if 1 <= line - o <= body_lines), None)
 
 def lean_messages(reply:dict,         # a Lean reply in the REPL's shape
                   body_lines:int,     # lines of the proof that was sent (messages below it are our own commands')

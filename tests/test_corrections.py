@@ -31,12 +31,16 @@ def project(tmp_path):
 
 
 def verifiers(project):
+    "The three Lean back-ends against their stand-ins: the REPL, `lean --json`, a kimina-lean-server (positions from its own start)."
+    from tests.test_verify import kimina
     yield 'repl', make_verifier('repl', project=project, timeout=5, mem_mb=256, repl_cmd=[sys.executable, FAKE])
     yield 'lean', make_verifier('lean', project=project, timeout=5, mem_mb=256, lean_cmd=[sys.executable, FAKE, '--lean'])
+    with kimina(1) as (urls, _):
+        yield 'server', make_verifier('server', endpoints=urls, timeout=5)
 
 
 def test_lean_errors_are_kept_at_the_proofs_own_lines(project):
-    "The REPL counts from the proof, `lean --json` from the header: both land on the same line of the proof."
+    "The REPL counts from the proof, `lean --json` from the header, the server from the first non-import line: all land on the proof's line."
     text = completion('FAKE:error')
     code = extract_code(text)
     want = next(i for i, l in enumerate(code.split('\n'), 1) if 'FAKE:error' in l)
