@@ -13,8 +13,11 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp('tiny') / 'model', seed=0)
 
 
+LONG_FILES = ('test_driver_resume.py', 'test_driver.py')   # each builds a small demo run: parallel workers start them first
+
 def pytest_collection_modifyitems(config, items):
-    "Say visibly which tests need a real `lean` and are skipped because none is on PATH."
+    "The long files first (tests/run.sh keeps this order across workers); say visibly which tests need a real `lean`."
+    items.sort(key=lambda item: LONG_FILES.index(item.path.name) if item.path.name in LONG_FILES else len(LONG_FILES))
     if shutil.which('lean'): return
     for item in items:
         if 'lean' in item.keywords:

@@ -13,5 +13,6 @@ diff -q /tmp/ei_nb_README.md README.md || { echo "README.md is stale: jupyter nb
 echo "== nbdev_test: every notebook, end to end, on its CPU defaults"
 nbdev_test --n_workers 1 --timing
 echo "== pytest (the long per-stage SIGKILL sweep is marked slow: run it with  python -m pytest -m slow)"
-# one worker per core, each test file on one worker (the driver tests share one demo run per worker)
-python -m pytest -q -p no:cacheprovider -n auto --dist loadfile -m "not slow" "$@"
+# one worker per core, each test file on one worker (the driver tests share one demo run per worker), the two long
+# driver files first (tests/conftest.py orders them; --no-loadscope-reorder keeps that order)
+python -m pytest -q -p no:cacheprovider -n auto --dist loadfile --no-loadscope-reorder -m "not slow" "$@"
