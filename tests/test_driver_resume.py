@@ -43,6 +43,7 @@ def test_sigkill_inside_each_stage_then_resume(reference, tmp_path, rnd, stage):
     assert executed(p.stderr)[0] == f'{rnd}:{stage}'                  # earlier stages were skipped, not rerun
     assert artefacts(run) == artefacts(reference)
 
+@pytest.mark.slow   # 5 minutes; CI keeps the SIGTERM resume below, and 02, DPO, 01c and the CLIs have their own SIGKILL tests
 def test_sigkill_in_every_stage_of_a_round_in_turn(reference, tmp_path):
     "One run killed inside 00, resumed and killed inside 01, ... inside 06, then finished: identical to the reference."
     run, args = copy_run(reference, tmp_path/'run'), ['--redo', '1:00_select']
