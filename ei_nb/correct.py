@@ -9,21 +9,19 @@ from collections import Counter
 from pathlib import Path
 from .core import BadInput, atomic_write_json, read_problems, read_samples, read_verdicts, write_records
 from .prompts import correction_messages, error_feedback, render_prompt, statement_open
-from .sft import _completion, encode, is_protected, load_tokenizer, protected_index, select_proofs
+from .dpo import LEAN_ERROR, is_lean_failure
+from .sft import _completion, encode, is_protected, join_passes, load_tokenizer, protected_index, select_proofs
 
 # %% auto #0
-__all__ = ['LEAN_ERROR', 'is_fixable', 'correction_candidates', 'correction_prompt', 'correction_problem', 'correction_rows',
-           'add_corrections', 'run_correct']
+__all__ = ['is_fixable', 'correction_candidates', 'correction_prompt', 'correction_problem', 'correction_rows', 'add_corrections',
+           'run_correct']
 
 # %% ../nbs/01c_correct.ipynb #2e910e48
-LEAN_ERROR = 'lean error: '
-
 def is_fixable(verdict:dict, # a verdict record
                prefixes=(LEAN_ERROR,), # reasons that qualify (the demo adds its verifier's own)
               ) -> bool:
-    "Whether a failed sample is worth a correction turn: Lean (or the named verifier) rejected the proof itself."
-    return (verdict['verdict'] in ('fail', 'unchecked') and (verdict.get('reason') or '').startswith(tuple(prefixes))
-            and not any('rule' in m for m in verdict.get('messages') or []))
+    "Whether a failed sample is worth a correction turn: a DPO loser's rule (`is_lean_failure`), and never a pre-check rejection."
+    return is_lean_failure(verdict, tuple(prefixes)) and not any('rule' in m for m in verdict.get('messages') or [])
 
 def correction_candidates(problems:list[dict], samples:list[dict], verdicts:list[dict],
                           max_per_problem:int=2, # failures tried per problem at most
@@ -61,13 +59,6 @@ def correction_problem(problem:dict, sample:dict, verdict:dict, tokenizer=None, 
                          'reason': verdict.get('reason')}}
 
 # %% ../nbs/01c_correct.ipynb #1097573d
-def _passes(cproblems, samples, verdicts) -> dict:
-    ok = {(v['name'], v['sample_idx']): v for v in verdicts if v['verdict'] == 'pass'}
-    out = {}
-    for s in samples:
-        if (v := ok.get((s['name'], s['sample_idx']))): out.setdefault(s['name'], []).append((s, v))
-    return out
-
 def correction_rows(cproblems:list[dict], samples:list[dict], verdicts:list[dict], # the correction problems and their records
                     tokenizer, round_idx:int,
                     max_per_failure:int=1, # verified corrections kept per failure
@@ -75,7 +66,7 @@ def correction_rows(cproblems:list[dict], samples:list[dict], verdicts:list[dict
                     protected=()) -> tuple[list[dict], Counter]:
     "SFT rows (`kind='correction'`) of the verified corrections, by the keep rules, and counts."
     tok, index, st = load_tokenizer(tokenizer), protected_index(protected), Counter()
-    passes, rows = _passes(cproblems, samples, verdicts), []
+    passes, rows = join_passes(samples, verdicts)[0], []
     for cp in cproblems:
         if not (ps := passes.get(cp['name'])): continue
         if is_protected({**cp, 'name': cp['corrects']['name']}, index): st['dropped_protected'] += 1; continue
