@@ -453,15 +453,8 @@ class Run:
         return dict(self.cfg['stages'].get(stage, {})) | {k: _param(src[name]()) for k, name in WIRING[stage].items()}
 
     def links(self, rnd:int, stage:str) -> dict:
-        "`notebook_links` of a step, stepping over the optional stages this run does not run (no link to a notebook that will not exist)."
-        out = {}
-        for label, link in notebook_links(self.layout, rnd, stage, self.cfg['run']['rounds']).items():
-            kind, _, name = label.partition(': ')
-            if name in OPTIONAL_STAGES and name not in self.round_stages():
-                near = ROUND_STAGES[ROUND_STAGES.index(name) + (1 if kind == 'next' else -1)]   # an optional stage is never first or last
-                label, link = f'{kind}: {near}', link.replace(f'{name}.ipynb', f'{near}.ipynb')
-            out[label] = link
-        return out
+        "`notebook_links` of a step among the stages this run runs (no link to an optional notebook that will not exist)."
+        return notebook_links(self.layout, rnd, stage, self.cfg['run']['rounds'], self.round_stages())
 
     def round_stages(self) -> list[str]:
         "The stages of a round (00..06) in order, the optional ones only when the config enables them."

@@ -304,15 +304,15 @@ def report_cli(argv:list[str]) -> dict:
     return {'index': str(index), 'pages': len(run_pages(a.run_dir))}
 
 # %% ../nbs/trail.ipynb #12ec0de3
-def stage_sequence(last_round:int) -> list[tuple[int, str]]:
-    "(round, stage) of every executed notebook of a run of `last_round` rounds, in order, the final report last."
+def stage_sequence(last_round:int, round_stages=None) -> list[tuple[int, str]]:
+    "(round, stage) of every executed notebook of a run of `last_round` rounds (each running `round_stages`, default all), the final report last."
     from ei_nb.layout import ROUND_STAGES, FINAL
     return [(0, 'demo'), (0, '01_sample_verify'), (0, '04_eval'),
-            *[(r, s) for r in range(1, last_round + 1) for s in ROUND_STAGES], (FINAL, '06_report')]
+            *[(r, s) for r in range(1, last_round + 1) for s in (round_stages or ROUND_STAGES)], (FINAL, '06_report')]
 
-def notebook_links(layout, rnd:int, stage:str, last_round:int) -> dict:
-    "Relative links from one executed notebook to the previous and next ones and to its round's report."
-    seq = stage_sequence(last_round)
+def notebook_links(layout, rnd:int, stage:str, last_round:int, round_stages=None) -> dict:
+    "Relative links from one executed notebook to the previous and next ones (of the stages a round runs) and to its round's report."
+    seq = stage_sequence(last_round, round_stages)
     here = layout.round(rnd).notebook(stage)
     i = seq.index((rnd, stage)) if (rnd, stage) in seq else None
     out = {}
