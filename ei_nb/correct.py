@@ -10,7 +10,7 @@ from pathlib import Path
 from .core import BadInput, atomic_write_json, read_problems, read_samples, read_verdicts, write_records
 from .prompts import correction_messages, error_feedback, render_prompt, statement_open
 from .dpo import LEAN_ERROR, is_lean_failure
-from .sft import _completion, encode, is_protected, join_passes, load_tokenizer, protected_index, select_proofs
+from .sft import is_protected, join_passes, load_tokenizer, measure_passes, protected_index, select_proofs, sft_row
 
 # %% auto #0
 __all__ = ['is_fixable', 'correction_candidates', 'correction_prompt', 'correction_problem', 'correction_rows', 'add_corrections',
@@ -71,16 +71,12 @@ def correction_rows(cproblems:list[dict], samples:list[dict], verdicts:list[dict
         if not (ps := passes.get(cp['name'])): continue
         if is_protected({**cp, 'name': cp['corrects']['name']}, index): st['dropped_protected'] += 1; continue
         prompt, by_idx = cp['turn_prompt'], {s['sample_idx']: s for s, _ in ps}
-        n_prompt = len(encode(tok, [prompt])[0])
-        comps = {i: _completion(s, tok.eos_token) for i, s in by_idx.items()}
-        lengths = {i: n_prompt + len(ids) + (not by_idx[i]['capped']) for i, ids in zip(comps, encode(tok, list(comps.values())))}
+        n_prompt, comps, lengths = measure_passes(prompt, ps, tok)
         for i, status in select_proofs(ps, lengths, max_per_failure, 'shortest', max_tokens):
             st[status] += 1
             if status == 'kept':
-                rows.append({'name': cp['corrects']['name'], 'sample_idx': i, 'round': round_idx, 'prompt': prompt,
-                             'completion': comps[i], 'eos': not by_idx[i]['capped'], 'n_tokens': lengths[i],
-                             'n_prompt_tokens': n_prompt, 'completion_tokens': by_idx[i]['n_tokens'],
-                             'kind': 'correction', 'corrects': cp['corrects']})
+                rows.append(sft_row(cp['corrects']['name'], by_idx[i], round_idx, prompt, comps[i], n_prompt, lengths[i],
+                                    kind='correction', corrects=cp['corrects']))
     return rows, st
 
 # %% ../nbs/01c_correct.ipynb #b1a7ce09

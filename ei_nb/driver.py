@@ -6,6 +6,7 @@
 from __future__ import annotations
 import ast, contextlib, datetime, difflib, io, json, os, platform, shutil, signal, subprocess, sys, time, tokenize
 from pathlib import Path
+from fastcore.basics import patch
 from .core import BadInput, DataStop, StageFailed, atomic_write_json, read_problems, statement_key, write_records
 from .layout import FINAL, ROUND0_STAGES, ROUND_STAGES, RunLayout, read_stage_json
 from .markers import (SECTIONS as _MARKER_SECTIONS, chain_hash, check_params, existing_markers, fingerprint, finished, parse_redo, record,
@@ -17,15 +18,19 @@ from .trail import annotate_executed, notebook_links, render_run
 # %% auto #0
 __all__ = ['WIRING', 'WIRED', 'OPTIONAL_STAGES', 'SECTIONS', 'DRIVER_KEYS', 'STAGE_DRIVER_KEYS', 'notebook_path',
            'cell_parameters', 'notebook_parameters', 'parse_set', 'load_config', 'expand', 'portable', 'check_scored',
-           'clean_pool', 'kill_strays', 'execute', 'versions', 'merge_measurements', 'resolve_paths', 'Run',
-           'score_given_baseline', 'planned_sizes', 'plan', 'print_plan', 'run_lock', 'check_kernel', 'run_cli']
+           'clean_pool', 'kill_strays', 'execute', 'versions', 'resolve_paths', 'Run', 'score_given_baseline',
+           'planned_sizes', 'plan', 'print_plan', 'run_lock', 'check_kernel', 'run_cli']
 
 # %% ../nbs/driver.ipynb #1e65b712
 _VERIFY = {'verify_backend': 'verify_backend', 'lean_project': 'lean_project', 'workers': 'workers', 'timeout': 'timeout',
            'known_proofs': 'known_proofs'}
 WIRING = {
     'demo': {'out_dir': 'demo_dir', 'prompt_style': 'prompt_style'},
-    '00_select': {'pool_path': 'pool', 'results_path': 'measurement', 'protected_paths': 'excluded', 'out_dir': 'round_dir'},
+    '00b_conjecture': {'problems_path': 'pool', 'extra_problems_paths': 'earlier_conjectures', 'verdicts_path': 'latest_verdicts',
+                       'model_dir': 'model_in', 'out_dir': 'round_dir', 'round_idx': 'round', 'prompt_style': 'prompt_style',
+                       'protected_paths': 'excluded', **_VERIFY},
+    '00_select': {'pool_path': 'pool', 'extra_pool_paths': 'conjecture_pool', 'results_path': 'measurement_in',
+                  'newer_results_paths': 'newer_results', 'protected_paths': 'excluded', 'out_dir': 'round_dir'},
     '01_sample_verify': {'problems_path': 'to_sample', 'model_dir': 'model_in', 'out_dir': 'round_dir', 'round_idx': 'round',
                          'prompt_style': 'prompt_style', 'seed_samples_path': 'seed_samples', 'seed_verdicts_path': 'seed_verdicts',
                          'data_rule': 'in_a_round', **_VERIFY},
@@ -33,7 +38,7 @@ WIRING = {
                     'out_dir': 'round_dir', 'round_idx': 'round', 'prompt_style': 'prompt_style', 'protected_paths': 'excluded', **_VERIFY},
     '02_sft': {'problems_path': 'selected', 'samples_path': 'samples', 'verdicts_path': 'verdicts', 'model_dir': 'model_in',
                'out_dir': 'round_dir', 'protected_paths': 'excluded', 'round_idx': 'round', 'style': 'prompt_style',
-               'correction_rows_path': 'correction_rows'},
+               'correction_rows_path': 'correction_rows', 'conjecture_rows_path': 'conjecture_rows'},
     '03_average': {'anchor_dir': 'anchor', 'finetuned_dir': 'merged', 'out_dir': 'averaged'},
     '04_eval': {'problems_path': 'scored', 'model_dir': 'model', 'out_dir': 'eval_dir', 'round_idx': 'round',
                 'prompt_style': 'prompt_style', 'allow_test_selection': 'allow_test_selection', **_VERIFY},
@@ -46,7 +51,7 @@ WIRING = {
 }
 WIRING = {s: w | {'stage_json': 'stage_json'} for s, w in WIRING.items()}
 WIRED = {s: set(w) for s, w in WIRING.items()}
-OPTIONAL_STAGES = {'01c_correct': 'correct', '07_sharpen': 'sharpen'}   # stage -> config section; it runs only when that section says `enabled = true`
+OPTIONAL_STAGES = {'00b_conjecture': 'conjecture', '01c_correct': 'correct', '07_sharpen': 'sharpen'}   # stage -> config section; it runs only when that section says `enabled = true`
 SECTIONS = _MARKER_SECTIONS | OPTIONAL_STAGES   # config section of every stage
 
 def notebook_path(stage:str, nbs=None) -> Path:
@@ -316,15 +321,6 @@ def _read_json(p, default=None):
     try: return json.loads(Path(p).read_text())
     except (OSError, ValueError): return default
 
-def merge_measurements(old_path, new_path, out_path) -> Path:
-    "Latest verdicts per problem: those of `new_path` for its problems, `old_path` for the rest."
-    from ei_nb.core import iter_jsonl, jsonl_bytes
-    from ei_nb.core import atomic_write_bytes
-    new = [r for _, r in iter_jsonl(new_path)]
-    names = {r['name'] for r in new}
-    rows = [r for _, r in iter_jsonl(old_path) if r['name'] not in names] + new
-    atomic_write_bytes(out_path, jsonl_bytes(rows))
-    return Path(out_path)
 
 # %% ../nbs/driver.ipynb #bc9cedfb
 def resolve_paths(cfg:dict, run_dir:Path, seed_verdicts:str='', baseline_verdicts:str='') -> dict:
@@ -339,9 +335,9 @@ def _param(v):
     "A wired value as papermill gets it: paths as strings."
     return [_param(x) for x in v] if isinstance(v, (list, tuple)) else str(v) if isinstance(v, Path) else v
 
-# %% ../nbs/driver.ipynb #33f16a47
+# %% ../nbs/driver.ipynb #98a1037c
 class Run:
-    "One `ei run`: the configuration, the run folder, and the recipe of its steps."
+    "One `ei run`: the configuration, the run folder, and the recipe of its steps (the rest of its methods are patched in below, by concern)."
     def __init__(self, cfg:dict, run_dir, nbs=None, log=None, seed_verdicts='', baseline_verdicts='', until=None):
         from ei_nb.cli import say
         self.cfg, self.nbs, self.log, self.until = cfg, nbs, log or say, until
@@ -350,7 +346,6 @@ class Run:
         self.paths = resolve_paths(cfg, self.run_dir, seed_verdicts, baseline_verdicts)
         self.rates, self.walls = _read_json(self.layout.rates, {}), {}
 
-    # -- the recipe
     def go(self) -> dict:
         "Run (or resume) the whole run; the summary. Raises `DataStop` (exit 4) after a data stop."
         t0 = time.time()
@@ -370,7 +365,6 @@ class Run:
 
     def one_round(self, r:int, scores:list) -> dict:
         "Stages 00..04 of round r (a stage may stop the run for lack of data), then the decision and the report."
-        if r >= 2: merge_measurements(self.measurement(r - 1), self.layout.round(r - 1).verdicts, self.measurement(r))
         for stage in self.round_stages()[:self.round_stages().index('04_eval') + 1]:
             m = self.step(r, stage)
             if m['status'] == 'data_stop':
@@ -407,254 +401,296 @@ class Run:
         os.symlink(os.path.relpath(target, self.run_dir), tmp); os.replace(tmp, link)
         return str(link)
 
-    # -- what the stages said
     def headline(self, rnd:int, stage:str) -> dict:
         "The headline numbers of a finished stage, from its `stage.json`."
         rec = read_stage_json(self.layout.round(rnd).stage_json(stage))
         if rec is None: raise StageFailed(f'{where(rnd, stage)} is marked finished but wrote no stage.json: --redo {where(rnd, stage)}')
         return rec['headline']
 
-    def measurement(self, rnd:int) -> Path:
-        "The verdicts that select round `rnd`'s problems."
-        return self.layout.measurement(rnd, self.paths['seed_verdicts'])
-
-    def model(self, rnd:int) -> Path: return self.layout.model(rnd, self.paths['base_model'])
-
-    @property
-    def excluded_paths(self) -> list[str]: return list(self.paths['protected']) + [str(self.layout.scored)]
-
-    # -- the wiring: every value `WIRING` names
-    def sources(self, rnd:int, stage:str, scores=None, data_stop_reason:str='') -> dict:
-        "Where each wired value comes from in round `rnd` (lazily: only the names a stage wires are computed)."
-        L, R, run = self.layout, self.layout.round(rnd), self.cfg['run']
-        first = rnd == 1 and not self.paths['seed_verdicts']   # round 1 reuses the pool measurement of the same model
-        anchor = self.cfg['stage_driver']['03_average']['anchor']
-        return {
-            'run_dir': lambda: L.run_dir, 'round_dir': lambda: R.dir, 'demo_dir': lambda: L.demo, 'figures': lambda: L.figures,
-            'stage_json': lambda: R.stage_json(stage), 'round': lambda: rnd, 'rounds': lambda: run['rounds'],
-            'upto_round': lambda: -1 if rnd == FINAL else rnd, 'prompt_style': lambda: run['prompt_style'],
-            'allow_test_selection': lambda: run['allow_test_selection'], 'in_a_round': lambda: rnd >= 1,
-            'pool': lambda: L.pool, 'scored': lambda: L.scored, 'excluded': lambda: self.excluded_paths,
-            'measurement': lambda: self.measurement(rnd), 'to_sample': lambda: L.pool if rnd == 0 else R.selected,
-            'seed_samples': lambda: L.round(0).samples if first else '', 'seed_verdicts': lambda: L.round(0).verdicts if first else '',
-            'selected': lambda: R.selected, 'samples': lambda: R.samples, 'verdicts': lambda: R.verdicts,
-            'model_in': lambda: self.model(max(rnd - 1, 0)), 'model': lambda: self.model(rnd), 'merged': lambda: R.merged,
-            'anchor': lambda: self.paths['base_model'] if anchor == 'original' else self.model(rnd - 1), 'averaged': lambda: R.model,
-            'eval_dir': lambda: R.eval_dir, 'sft_rows': lambda: R.sft_rows, 'sft_logprobs': lambda: R.sft_logprobs,
-            'correction_rows': lambda: R.correction_rows if '01c_correct' in self.round_stages() else '',
-            'scores': lambda: list(scores) if scores is not None else '<S_1..S_r>', 'data_stop_reason': lambda: data_stop_reason,
-            'S_0': lambda: getattr(self, 'S0', '<S_0>'),
-            **{k: (lambda k=k: self.verifier_params()[k]) for k in _VERIFY}}
-
-    def params(self, rnd:int, stage:str, scores=None, data_stop_reason:str='') -> dict:
-        "The parameters papermill injects into `stage` of round `rnd`: its config section and its wired values."
-        if stage not in WIRING: raise BadInput(f'unknown stage {stage!r}')
-        src = self.sources(rnd, stage, scores, data_stop_reason)
-        return dict(self.cfg['stages'].get(stage, {})) | {k: _param(src[name]()) for k, name in WIRING[stage].items()}
-
-    def links(self, rnd:int, stage:str) -> dict:
-        "`notebook_links` of a step among the stages this run runs (no link to an optional notebook that will not exist)."
-        return notebook_links(self.layout, rnd, stage, self.cfg['run']['rounds'], self.round_stages())
-
-    def round_stages(self) -> list[str]:
-        "The stages of a round (00..06) in order, the optional ones only when the config enables them."
-        driver = self.cfg['stage_driver']
-        return [s for s in ROUND_STAGES if s not in OPTIONAL_STAGES or driver.get(s, {}).get('enabled', False)]
-
-    def step_inputs(self, rnd:int, stage:str) -> dict:
-        "Fingerprints of what a step reads from outside the chain: the measurement a selection reads."
-        return {'measurement': verdicts_fingerprint(self.measurement(rnd))} if stage == '00_select' else {}
-
-    # -- one step
-    def step(self, rnd:int, stage:str, scores=None, data_stop_reason:str='') -> dict:
-        "Skip a finished step (after checking its marker), else execute it; its marker (status done or data_stop)."
-        raw = self.params(rnd, stage, scores, data_stop_reason)
-        params, inputs = portable(raw, self.run_dir), portable(self.step_inputs(rnd, stage), self.run_dir)
-        if (m := finished(self.layout, rnd, stage, params, inputs, self.prev)):
-            self.prev, self.walls[(rnd, stage)] = m['chain'], m.get('wall_s')
-            return m
-        chain = chain_hash(stage, rnd, params, inputs, self.prev)
-        res, wall, outputs = self.execute(rnd, stage, raw, chain)
-        if res.get('ename') == 'KeyboardInterrupt': raise KeyboardInterrupt(f'{where(rnd, stage)}: interrupted inside the kernel')
-        status = 'done' if res['status'] == 'ok' else 'data_stop' if res.get('ename') == 'DataStop' else 'failed'
-        extra = {'notebook': self.layout.relative(self.layout.round(rnd).notebook(stage)), 'wall_s': wall, 'outputs': outputs}
-        if status == 'failed': self.fail(rnd, stage, res, chain, params, extra)
-        if status == 'data_stop': extra['reason'] = str(res.get('evalue'))
-        m = record(self.layout, rnd, stage, chain, self.prev, params, inputs, status, **extra)
-        self.prev, self.walls[(rnd, stage)] = chain, wall
-        record_rate(self.rates, self.layout.rates, stage, rnd, wall, self.layout.round(rnd).stage_json(stage))
-        if self.until == (rnd, stage): raise _Until()
-        return m
-
-    def execute(self, rnd:int, stage:str, params:dict, chain:str) -> tuple[dict, float, list[str]]:
-        "Run the stage's notebook into the round folder; (outcome, wall seconds, names it added)."
-        R = self.layout.round(rnd)
-        R.dir.mkdir(parents=True, exist_ok=True)
-        root = self.run_dir if stage == 'demo' else R.dir
-        before = {p.name for p in root.iterdir()}
-        self.log(f'ei run: {where(rnd, stage)} -> {R.notebook(stage).relative_to(self.run_dir.parent)} (ETA {self.eta_text(rnd, stage)})')
-        t0 = time.time()
-        res = execute(notebook_path(stage, self.nbs), R.notebook(stage), params, R.dir, self.tag, self.banner(rnd, stage, chain),
-                      self.cfg['run']['kernel'], self.cfg['run']['cell_timeout'],
-                      {k: str(v) for k, v in self.cfg['run']['env'].items()}, R.partial/f'{stage}.log')
-        outputs = sorted({p.name for p in root.iterdir()} - before - {'.partial', 'stages'})
-        if R.notebook(stage).exists():   # the record opens with the stage's own summary (trail)
-            annotate_executed(R.notebook(stage), f'nbs/{stage}.ipynb', R.stage_json(stage),   # the repository path, not this machine's
-                              self.links(rnd, stage), None if rnd == FINAL else rnd)
-        return res, round(time.time() - t0, 3), outputs
-
-    def fail(self, rnd:int, stage:str, res:dict, chain:str, params:dict, extra:dict):
-        "Keep the failure for the manifest and raise `StageFailed` (exit 3) pointing at the failing notebook."
-        R, cell = self.layout.round(rnd), res.get('cell_index')
-        self.failure = {'stage': stage, 'round': rnd, 'status': 'failed', 'chain': chain, 'prev': self.prev, 'params': params, **extra,
-                        'error': {k: res.get(k) for k in ('status', 'ename', 'evalue', 'cell_index')}}
-        raise StageFailed(f"{where(rnd, stage)} failed: {res.get('ename')}: {str(res.get('evalue'))[:300]}\n"
-                          f"  look at {R.notebook(stage)} (the failing cell{' #' + str(cell) if cell is not None else ''} "
-                          f"shows the traceback) and {R.partial/(stage + '.log')}")
-
-    # -- round 0: the driver's own step, and the baseline
-    def input_params(self) -> dict:
-        "The parameters of the `inputs` step: the configured files and the split-hygiene switch."
-        p = self.paths
-        return {k: p[k] for k in ('pool', 'scored', 'scored_split', 'protected', 'base_model', 'seed_verdicts', 'baseline_verdicts')} \
-               | {'allow_test_selection': self.cfg['run']['allow_test_selection']}
-
-    def check_inputs(self) -> dict:
-        "Split hygiene on the configured files: the scored set, the protected problems, and the decontaminated pool."
-        p, run = self.paths, self.cfg['run']
-        for k in ('pool', 'scored', 'base_model'):
-            if not p[k]: raise BadInput(f'paths.{k} is not set in {self.cfg["source"]}')
-        scored = read_problems(p['scored'])
-        if p['scored_split']:
-            scored = [q for q in scored if q['split'] == p['scored_split']]
-            if not scored: raise BadInput(f"{p['scored']}: no problem of split {p['scored_split']!r}")
-        protected = [q for f in p['protected'] for q in read_problems(f)]
-        check_scored(scored, protected, run['allow_test_selection'], run['rounds'])
-        pool, removed = clean_pool(read_problems(p['pool']), protected + scored)
-        if not pool: raise BadInput(f"{p['pool']}: every pool problem is protected or scored")
-        if not Path(p['base_model']).is_dir(): raise BadInput(f"paths.base_model {p['base_model']}: no such model folder")
-        for k in ('seed_verdicts', 'baseline_verdicts'):
-            if p[k] and not Path(p[k]).is_file(): raise BadInput(f'{k} {p[k]}: no such file')
-        return {'pool': pool, 'scored': scored, 'protected': protected, 'removed': removed}
-
-    def inputs(self) -> dict:
-        "The driver's input check as the `inputs` step of round 0 (same marker protocol as a stage)."
-        p, L = self.paths, self.layout
-        checked = self.check_inputs()
-        inputs = {k: fingerprint(p[k]) for k in ('pool', 'scored', 'base_model', 'seed_verdicts', 'baseline_verdicts') if p[k]}
-        params, inputs = portable(self.input_params(), self.run_dir), portable(inputs | {'protected': [fingerprint(f) for f in p['protected']]}, self.run_dir)
-        if (m := finished(L, 0, 'inputs', params, inputs, self.prev)):
-            self.prev = m['chain']; return m
-        if self.verifier().backend == 'known' and not self.cfg['demo']:
-            from ei_nb.demo import known_good_proofs
-            write_records(self.known_proofs(), known_good_proofs())
-        write_records(L.pool, checked['pool'], 'problem'); write_records(L.scored, checked['scored'], 'problem')
-        info = {'pool': len(checked['pool']), 'removed_from_pool': checked['removed'], 'scored': len(checked['scored']),
-                'protected': len(checked['protected'])}
-        atomic_write_json(L.inputs_json, info)
-        self.log(f"ei run: inputs: pool {info['pool']} (removed {len(info['removed_from_pool'])} protected/scored), scored {info['scored']}, protected {info['protected']}")
-        chain = chain_hash('inputs', 0, params, inputs, self.prev)
-        m = record(L, 0, 'inputs', chain, self.prev, params, inputs, info=info, outputs=['inputs'], wall_s=0.0)
-        self.prev = chain
-        if self.until == (0, 'inputs'): raise _Until()
-        return m
-
-    def baseline(self) -> tuple[int, Path]:
-        "S_0 and the base model's eval verdicts (evaluated here, or given with --baseline-verdicts)."
-        if (bv := self.paths['baseline_verdicts']): return score_given_baseline(bv, self.layout.scored, self.cfg['stages']['04_eval']['n']), Path(bv)
-        self.step(0, '04_eval')
-        return self.headline(0, '04_eval')['solved'], self.layout.round(0).eval_verdicts
-
-    # -- the verifier shared by sampling and evaluation
-    def verifier(self) -> 'VerifierSettings':
-        "The run's `VerifierSettings` ('auto' resolved: lean when `lean` and a Mathlib project exist, else known)."
-        from ei_nb.verify import VerifierSettings
-        v, project = self.cfg['verify'], self.paths['lean_project']
-        backend = v['backend']
-        if backend == 'auto': backend = 'lean' if shutil.which('lean') and project and Path(project).is_dir() else 'known'
-        return VerifierSettings(backend=backend, project=project if backend in ('lean', 'repl') else None, workers=v['workers'] or None,
-                                timeout=v['timeout'], known_proofs=str(self.known_proofs()) if backend == 'known' else None)
-
-    def verifier_params(self) -> dict:
-        "The run's verifier as the stage notebooks' parameters."
-        s = self.verifier()
-        return {'verify_backend': s.backend, 'lean_project': s.project or '', 'workers': s.workers or 0, 'timeout': s.timeout,
-                'known_proofs': s.known_proofs or ''}
-
-    def known_proofs(self) -> Path: return self.layout.known_proofs(self.cfg['demo'])
-
-    def banner(self, rnd:int, stage:str, chain:str) -> str:
-        "The markdown cell the executed notebook opens with: which run, round, stage and chain, and how it verifies."
-        text = (f"**Executed by `ei run`** — run `{self.run_dir.name}`, {'the final report' if rnd == FINAL else f'round {rnd}'}, "
-                f"stage `{stage}`, chain `{chain[:16]}`. The driver's parameters are in the cell tagged `injected-parameters`; "
-                f"its marker is `{self.layout.relative(self.layout.round(rnd).marker(stage))}`.")
-        v = self.verifier().backend
-        if self.cfg['demo'] or v == 'known':
-            from ei_nb.demo import DEMO_NOTICE
-            text += '\n\n' + ('**CPU demo.** ' if self.cfg['demo'] else '') + (DEMO_NOTICE if v == 'known' else
-                     f'Verification: real Lean (`{v}`). The numbers demonstrate the machinery, not a prover.')
-            if self.cfg['demo']: text += ' The model is a tiny random Qwen3 warm-started on known proofs: it memorises, it does not prove.'
-        return text
-
-    # -- the ETA
-    def work(self, rnd:int, stage:str) -> float:
-        "Estimated units of work of a step (selected problems once known, else the cap)."
-        pool, N = self.sizes()
-        cap = self.cfg['stages']['00_select']['max_problems']
-        sel = count_lines(self.layout.round(rnd).selected) if rnd else None
-        P = pool if rnd == 0 else sel if sel is not None else min(cap, pool) if pool else cap
-        if stage == '01_sample_verify' and rnd == 1 and not self.paths['seed_verdicts']: P = 0   # reuses the pool measurement
-        return stage_work(stage, self.cfg, P if P is not None else cap, N or 244, rnd)
-
-    def sizes(self) -> tuple[int|None, int|None]:
-        "Pool and scored-set sizes: from the run's inputs, else from the configured files (or the demo's sizes)."
-        pool, scored = count_lines(self.layout.pool), count_lines(self.layout.scored)
-        if pool is None or scored is None:
-            if not hasattr(self, '_planned'): self._planned = planned_sizes(self.paths, self.cfg)
-            pool, scored = pool or self._planned[0], scored or self._planned[1]
-        return pool, scored
-
-    def eta(self, rnd:int, stage:str) -> tuple[float, str]: return eta_seconds(stage, self.cfg, self.work(rnd, stage), self.rates)
-
-    def eta_text(self, rnd:int, stage:str) -> str:
-        s, src = self.eta(rnd, stage); return f'{hms(s)}, {src}'
-
-    # -- the manifest
-    def manifest(self, r:int, failure:dict|None=None):
-        "Write `round_NN/round_manifest.json`: scores, decision, best round, paths, seeds, versions, wall time per stage."
-        L, R, st = self.layout, self.layout.round(r), self.cfg['stages']
-        stages = {s: {k: m[k] for k in ('status', 'wall_s', 'chain', 'notebook', 'reason', 'finished') if k in m}
-                  for s in (ROUND0_STAGES if r == 0 else ROUND_STAGES) if (m := _read_json(R.marker(s)))}
-        if failure and failure.get('round') == r:
-            stages[failure['stage']] = {k: failure.get(k) for k in ('status', 'wall_s', 'notebook', 'error')}
-        scores = {'S_0': getattr(self, 'S0', None)} | {f'S_{k}': h['solved'] for k in range(1, r + 1)
-                                                       if (h := (read_stage_json(L.round(k).stage_json('04_eval')) or {}).get('headline'))}
-        dec = (read_stage_json(R.stage_json('05_stop_rule')) or {}).get('headline') if r else None
-        paths = {n: L.relative(p) for n, p in R.artefacts().items() if p.exists()}
-        paths['notebooks'] = sorted(L.relative(p) for p in R.dir.glob('*.ipynb'))
-        if r >= 1: paths['measurement_used'] = str(portable(str(self.measurement(r)), self.run_dir))
-        if r == 0 and hasattr(self, 'baseline_path'): paths['baseline_eval_verdicts'] = portable(str(self.baseline_path), self.run_dir)
-        man = {'run': self.run_dir.name, 'round': r, 'demo': self.cfg['demo'], 'scores': scores,
-               'eval_settings': {k: st['04_eval'][k] for k in ('n', 'max_new_tokens', 'seed', 'temperature', 'top_p')},
-               'decision': dec, 'best_round': (dec or {}).get('best_round'), 'paths': paths,
-               'base_model': L.relative(self.paths['base_model']),
-               'seeds': {SECTIONS[s]: st[s].get('seed') for s in ('00_select', '01_sample_verify', '02_sft', '04_eval')},
-               'verifier': self.verifier_params(), 'versions': versions(), 'stages': stages,
-               'wall_s': {s: v.get('wall_s') for s, v in stages.items()}, 'config': self.cfg['source']}
-        if (dec or {}).get('best_note'): man['best_note'] = dec['best_note']
-        atomic_write_json(R.manifest, man)
-
-    # -- before anything is written
-    def preflight(self):
-        "Refuse (exit 3) before anything is written when a finished step would now run with other configured parameters."
-        derived = ('scores', 'data_stop_reason', 'baseline_score')   # from the run's own results: checked when the step is reached
-        for rnd, stage, path in existing_markers(self.run_dir):
-            m = json.loads(path.read_text())
-            now = self.input_params() if stage == 'inputs' else self.params(rnd, stage)
-            now = portable(now, self.run_dir) | {k: m['params'][k] for k in derived if k in m['params']}
-            check_params(m, now, where(rnd, stage))
-
 class _Until(Exception): "Raised after the step named by `--until`."
+
+# %% ../nbs/driver.ipynb #c6a1bba2
+@patch
+def measurement_in(self:Run, rnd:int) -> Path:
+    "The measurement round `rnd`'s selection starts from: the pool measurement for round 1, else what selected round rnd-1."
+    return self.layout.measurement(1, self.paths['seed_verdicts']) if rnd <= 1 else self.measurement(rnd - 1)
+
+@patch
+def newer_results(self:Run, rnd:int) -> list[Path]:
+    "Verdict files newer than `measurement_in(rnd)` that 00 merges over it: those round rnd-1 drew."
+    conj = [self.layout.round(rnd).conjecture_verdicts] if self.runs('00b_conjecture') else []   # written by this round's 00b
+    return ([self.layout.round(rnd - 1).verdicts] if rnd >= 2 else []) + conj
+
+@patch
+def measurement(self:Run, rnd:int) -> Path:
+    "The verdicts that selected round `rnd`'s problems (00 writes the merge when there is one)."
+    return self.layout.round(rnd).measurement if self.newer_results(rnd) else self.measurement_in(rnd)
+
+@patch
+def model(self:Run, rnd:int) -> Path: return self.layout.model(rnd, self.paths['base_model'])
+
+@patch(as_prop=True)
+def excluded_paths(self:Run) -> list[str]: return list(self.paths['protected']) + [str(self.layout.scored)]
+
+@patch
+def sources(self:Run, rnd:int, stage:str, scores=None, data_stop_reason:str='') -> dict:
+    "Where each wired value comes from in round `rnd` (lazily: only the names a stage wires are computed)."
+    L, R, run = self.layout, self.layout.round(rnd), self.cfg['run']
+    first = rnd == 1 and not self.paths['seed_verdicts']   # round 1 reuses the pool measurement of the same model
+    anchor = self.cfg['stage_driver']['03_average']['anchor']
+    return {
+        'run_dir': lambda: L.run_dir, 'round_dir': lambda: R.dir, 'demo_dir': lambda: L.demo, 'figures': lambda: L.figures,
+        'stage_json': lambda: R.stage_json(stage), 'round': lambda: rnd, 'rounds': lambda: run['rounds'],
+        'upto_round': lambda: -1 if rnd == FINAL else rnd, 'prompt_style': lambda: run['prompt_style'],
+        'allow_test_selection': lambda: run['allow_test_selection'], 'in_a_round': lambda: rnd >= 1,
+        'pool': lambda: L.pool, 'scored': lambda: L.scored, 'excluded': lambda: self.excluded_paths,
+        'measurement_in': lambda: self.measurement_in(rnd), 'newer_results': lambda: self.newer_results(rnd), 'to_sample': lambda: L.pool if rnd == 0 else R.selected,
+        'seed_samples': lambda: L.round(0).samples if first else '', 'seed_verdicts': lambda: L.round(0).verdicts if first else '',
+        'selected': lambda: R.selected, 'samples': lambda: R.samples, 'verdicts': lambda: R.verdicts,
+        'model_in': lambda: self.model(max(rnd - 1, 0)), 'model': lambda: self.model(rnd), 'merged': lambda: R.merged,
+        'anchor': lambda: self.paths['base_model'] if anchor == 'original' else self.model(rnd - 1), 'averaged': lambda: R.model,
+        'eval_dir': lambda: R.eval_dir, 'sft_rows': lambda: R.sft_rows, 'sft_logprobs': lambda: R.sft_logprobs,
+        'correction_rows': lambda: R.correction_rows if self.runs('01c_correct') else '',
+        'conjecture_rows': lambda: R.conjecture_rows if self.runs('00b_conjecture') else '',
+        'latest_verdicts': lambda: L.round(rnd - 1).verdicts if rnd >= 2 else self.measurement_in(1),   # the freshest proofs: the seeds
+        'earlier_conjectures': lambda: [L.round(k).conjectures for k in range(1, rnd)],
+        'conjecture_pool': lambda: [L.round(k).conjectures for k in range(1, rnd + 1)] if self.runs('00b_conjecture') else [],
+        'scores': lambda: list(scores) if scores is not None else '<S_1..S_r>', 'data_stop_reason': lambda: data_stop_reason,
+        'S_0': lambda: getattr(self, 'S0', '<S_0>'),
+        **{k: (lambda k=k: self.verifier_params()[k]) for k in _VERIFY}}
+
+@patch
+def params(self:Run, rnd:int, stage:str, scores=None, data_stop_reason:str='') -> dict:
+    "The parameters papermill injects into `stage` of round `rnd`: its config section and its wired values."
+    if stage not in WIRING: raise BadInput(f'unknown stage {stage!r}')
+    src = self.sources(rnd, stage, scores, data_stop_reason)
+    return dict(self.cfg['stages'].get(stage, {})) | {k: _param(src[name]()) for k, name in WIRING[stage].items()}
+
+@patch
+def links(self:Run, rnd:int, stage:str) -> dict:
+    "`notebook_links` of a step among the stages this run runs (no link to an optional notebook that will not exist)."
+    return notebook_links(self.layout, rnd, stage, self.cfg['run']['rounds'], self.round_stages())
+
+@patch
+def round_stages(self:Run) -> list[str]:
+    "The stages of a round (00..06) in order, the optional ones only when the config enables them."
+    driver = self.cfg['stage_driver']
+    return [s for s in ROUND_STAGES if s not in OPTIONAL_STAGES or driver.get(s, {}).get('enabled', False)]
+
+@patch
+def runs(self:Run, stage:str) -> bool:
+    "Whether the rounds of this run include `stage` (an optional stage only when enabled)."
+    return stage in self.round_stages()
+
+@patch
+def step_inputs(self:Run, rnd:int, stage:str) -> dict:
+    "Fingerprints of what a step reads from outside the chain: the measurement a selection reads."
+    return {'measurement': verdicts_fingerprint(self.measurement_in(rnd))} if stage == '00_select' else {}
+
+# %% ../nbs/driver.ipynb #43d29081
+@patch
+def step(self:Run, rnd:int, stage:str, scores=None, data_stop_reason:str='') -> dict:
+    "Skip a finished step (after checking its marker), else execute it; its marker (status done or data_stop)."
+    raw = self.params(rnd, stage, scores, data_stop_reason)
+    params, inputs = portable(raw, self.run_dir), portable(self.step_inputs(rnd, stage), self.run_dir)
+    if (m := finished(self.layout, rnd, stage, params, inputs, self.prev)):
+        self.prev, self.walls[(rnd, stage)] = m['chain'], m.get('wall_s')
+        return m
+    chain = chain_hash(stage, rnd, params, inputs, self.prev)
+    res, wall, outputs = self.execute(rnd, stage, raw, chain)
+    if res.get('ename') == 'KeyboardInterrupt': raise KeyboardInterrupt(f'{where(rnd, stage)}: interrupted inside the kernel')
+    status = 'done' if res['status'] == 'ok' else 'data_stop' if res.get('ename') == 'DataStop' else 'failed'
+    extra = {'notebook': self.layout.relative(self.layout.round(rnd).notebook(stage)), 'wall_s': wall, 'outputs': outputs}
+    if status == 'failed': self.fail(rnd, stage, res, chain, params, extra)
+    if status == 'data_stop': extra['reason'] = str(res.get('evalue'))
+    m = record(self.layout, rnd, stage, chain, self.prev, params, inputs, status, **extra)
+    self.prev, self.walls[(rnd, stage)] = chain, wall
+    record_rate(self.rates, self.layout.rates, stage, rnd, wall, self.layout.round(rnd).stage_json(stage))
+    if self.until == (rnd, stage): raise _Until()
+    return m
+
+@patch
+def execute(self:Run, rnd:int, stage:str, params:dict, chain:str) -> tuple[dict, float, list[str]]:
+    "Run the stage's notebook into the round folder; (outcome, wall seconds, names it added)."
+    R = self.layout.round(rnd)
+    R.dir.mkdir(parents=True, exist_ok=True)
+    root = self.run_dir if stage == 'demo' else R.dir
+    before = {p.name for p in root.iterdir()}
+    self.log(f'ei run: {where(rnd, stage)} -> {R.notebook(stage).relative_to(self.run_dir.parent)} (ETA {self.eta_text(rnd, stage)})')
+    t0 = time.time()
+    res = execute(notebook_path(stage, self.nbs), R.notebook(stage), params, R.dir, self.tag, self.banner(rnd, stage, chain),
+                  self.cfg['run']['kernel'], self.cfg['run']['cell_timeout'],
+                  {k: str(v) for k, v in self.cfg['run']['env'].items()}, R.partial/f'{stage}.log')
+    outputs = sorted({p.name for p in root.iterdir()} - before - {'.partial', 'stages'})
+    if R.notebook(stage).exists():   # the record opens with the stage's own summary (trail)
+        annotate_executed(R.notebook(stage), f'nbs/{stage}.ipynb', R.stage_json(stage),   # the repository path, not this machine's
+                          self.links(rnd, stage), None if rnd == FINAL else rnd)
+    return res, round(time.time() - t0, 3), outputs
+
+@patch
+def fail(self:Run, rnd:int, stage:str, res:dict, chain:str, params:dict, extra:dict):
+    "Keep the failure for the manifest and raise `StageFailed` (exit 3) pointing at the failing notebook."
+    R, cell = self.layout.round(rnd), res.get('cell_index')
+    self.failure = {'stage': stage, 'round': rnd, 'status': 'failed', 'chain': chain, 'prev': self.prev, 'params': params, **extra,
+                    'error': {k: res.get(k) for k in ('status', 'ename', 'evalue', 'cell_index')}}
+    raise StageFailed(f"{where(rnd, stage)} failed: {res.get('ename')}: {str(res.get('evalue'))[:300]}\n"
+                      f"  look at {R.notebook(stage)} (the failing cell{' #' + str(cell) if cell is not None else ''} "
+                      f"shows the traceback) and {R.partial/(stage + '.log')}")
+
+# %% ../nbs/driver.ipynb #cf1a4ddb
+@patch
+def input_params(self:Run) -> dict:
+    "The parameters of the `inputs` step: the configured files and the split-hygiene switch."
+    p = self.paths
+    return {k: p[k] for k in ('pool', 'scored', 'scored_split', 'protected', 'base_model', 'seed_verdicts', 'baseline_verdicts')} \
+           | {'allow_test_selection': self.cfg['run']['allow_test_selection']}
+
+@patch
+def check_inputs(self:Run) -> dict:
+    "Split hygiene on the configured files: the scored set, the protected problems, and the decontaminated pool."
+    p, run = self.paths, self.cfg['run']
+    for k in ('pool', 'scored', 'base_model'):
+        if not p[k]: raise BadInput(f'paths.{k} is not set in {self.cfg["source"]}')
+    scored = read_problems(p['scored'])
+    if p['scored_split']:
+        scored = [q for q in scored if q['split'] == p['scored_split']]
+        if not scored: raise BadInput(f"{p['scored']}: no problem of split {p['scored_split']!r}")
+    protected = [q for f in p['protected'] for q in read_problems(f)]
+    check_scored(scored, protected, run['allow_test_selection'], run['rounds'])
+    pool, removed = clean_pool(read_problems(p['pool']), protected + scored)
+    if not pool: raise BadInput(f"{p['pool']}: every pool problem is protected or scored")
+    if not Path(p['base_model']).is_dir(): raise BadInput(f"paths.base_model {p['base_model']}: no such model folder")
+    for k in ('seed_verdicts', 'baseline_verdicts'):
+        if p[k] and not Path(p[k]).is_file(): raise BadInput(f'{k} {p[k]}: no such file')
+    return {'pool': pool, 'scored': scored, 'protected': protected, 'removed': removed}
+
+@patch
+def inputs(self:Run) -> dict:
+    "The driver's input check as the `inputs` step of round 0 (same marker protocol as a stage)."
+    p, L = self.paths, self.layout
+    checked = self.check_inputs()
+    inputs = {k: fingerprint(p[k]) for k in ('pool', 'scored', 'base_model', 'seed_verdicts', 'baseline_verdicts') if p[k]}
+    params, inputs = portable(self.input_params(), self.run_dir), portable(inputs | {'protected': [fingerprint(f) for f in p['protected']]}, self.run_dir)
+    if (m := finished(L, 0, 'inputs', params, inputs, self.prev)):
+        self.prev = m['chain']; return m
+    if self.verifier().backend == 'known' and not self.cfg['demo']:
+        from ei_nb.demo import known_good_proofs
+        write_records(self.known_proofs(), known_good_proofs())
+    write_records(L.pool, checked['pool'], 'problem'); write_records(L.scored, checked['scored'], 'problem')
+    info = {'pool': len(checked['pool']), 'removed_from_pool': checked['removed'], 'scored': len(checked['scored']),
+            'protected': len(checked['protected'])}
+    atomic_write_json(L.inputs_json, info)
+    self.log(f"ei run: inputs: pool {info['pool']} (removed {len(info['removed_from_pool'])} protected/scored), scored {info['scored']}, protected {info['protected']}")
+    chain = chain_hash('inputs', 0, params, inputs, self.prev)
+    m = record(L, 0, 'inputs', chain, self.prev, params, inputs, info=info, outputs=['inputs'], wall_s=0.0)
+    self.prev = chain
+    if self.until == (0, 'inputs'): raise _Until()
+    return m
+
+@patch
+def baseline(self:Run) -> tuple[int, Path]:
+    "S_0 and the base model's eval verdicts (evaluated here, or given with --baseline-verdicts)."
+    if (bv := self.paths['baseline_verdicts']): return score_given_baseline(bv, self.layout.scored, self.cfg['stages']['04_eval']['n']), Path(bv)
+    self.step(0, '04_eval')
+    return self.headline(0, '04_eval')['solved'], self.layout.round(0).eval_verdicts
+
+# %% ../nbs/driver.ipynb #07b5d87f
+@patch
+def verifier(self:Run) -> 'VerifierSettings':
+    "The run's `VerifierSettings` ('auto' resolved: lean when `lean` and a Mathlib project exist, else known)."
+    from ei_nb.verify import VerifierSettings
+    v, project = self.cfg['verify'], self.paths['lean_project']
+    backend = v['backend']
+    if backend == 'auto': backend = 'lean' if shutil.which('lean') and project and Path(project).is_dir() else 'known'
+    return VerifierSettings(backend=backend, project=project if backend in ('lean', 'repl') else None, workers=v['workers'] or None,
+                            timeout=v['timeout'], known_proofs=str(self.known_proofs()) if backend == 'known' else None)
+
+@patch
+def verifier_params(self:Run) -> dict:
+    "The run's verifier as the stage notebooks' parameters."
+    s = self.verifier()
+    return {'verify_backend': s.backend, 'lean_project': s.project or '', 'workers': s.workers or 0, 'timeout': s.timeout,
+            'known_proofs': s.known_proofs or ''}
+
+@patch
+def known_proofs(self:Run) -> Path: return self.layout.known_proofs(self.cfg['demo'])
+
+@patch
+def banner(self:Run, rnd:int, stage:str, chain:str) -> str:
+    "The markdown cell the executed notebook opens with: which run, round, stage and chain, and how it verifies."
+    text = (f"**Executed by `ei run`** — run `{self.run_dir.name}`, {'the final report' if rnd == FINAL else f'round {rnd}'}, "
+            f"stage `{stage}`, chain `{chain[:16]}`. The driver's parameters are in the cell tagged `injected-parameters`; "
+            f"its marker is `{self.layout.relative(self.layout.round(rnd).marker(stage))}`.")
+    v = self.verifier().backend
+    if self.cfg['demo'] or v == 'known':
+        from ei_nb.demo import DEMO_NOTICE
+        text += '\n\n' + ('**CPU demo.** ' if self.cfg['demo'] else '') + (DEMO_NOTICE if v == 'known' else
+                 f'Verification: real Lean (`{v}`). The numbers demonstrate the machinery, not a prover.')
+        if self.cfg['demo']: text += ' The model is a tiny random Qwen3 warm-started on known proofs: it memorises, it does not prove.'
+    return text
+
+# %% ../nbs/driver.ipynb #6ba82c6a
+@patch
+def work(self:Run, rnd:int, stage:str) -> float:
+    "Estimated units of work of a step (selected problems once known, else the cap)."
+    pool, N = self.sizes()
+    cap = self.cfg['stages']['00_select']['max_problems']
+    sel = count_lines(self.layout.round(rnd).selected) if rnd else None
+    P = pool if rnd == 0 else sel if sel is not None else min(cap, pool) if pool else cap
+    if stage == '01_sample_verify' and rnd == 1 and not self.paths['seed_verdicts']: P = 0   # reuses the pool measurement
+    return stage_work(stage, self.cfg, P if P is not None else cap, N or 244, rnd)
+
+@patch
+def sizes(self:Run) -> tuple[int|None, int|None]:
+    "Pool and scored-set sizes: from the run's inputs, else from the configured files (or the demo's sizes)."
+    pool, scored = count_lines(self.layout.pool), count_lines(self.layout.scored)
+    if pool is None or scored is None:
+        if not hasattr(self, '_planned'): self._planned = planned_sizes(self.paths, self.cfg)
+        pool, scored = pool or self._planned[0], scored or self._planned[1]
+    return pool, scored
+
+@patch
+def eta(self:Run, rnd:int, stage:str) -> tuple[float, str]: return eta_seconds(stage, self.cfg, self.work(rnd, stage), self.rates)
+
+@patch
+def eta_text(self:Run, rnd:int, stage:str) -> str:
+    s, src = self.eta(rnd, stage); return f'{hms(s)}, {src}'
+
+# %% ../nbs/driver.ipynb #c2a086f4
+@patch
+def manifest(self:Run, r:int, failure:dict|None=None):
+    "Write `round_NN/round_manifest.json`: scores, decision, best round, paths, seeds, versions, wall time per stage."
+    L, R, st = self.layout, self.layout.round(r), self.cfg['stages']
+    stages = {s: {k: m[k] for k in ('status', 'wall_s', 'chain', 'notebook', 'reason', 'finished') if k in m}
+              for s in (ROUND0_STAGES if r == 0 else ROUND_STAGES) if (m := _read_json(R.marker(s)))}
+    if failure and failure.get('round') == r:
+        stages[failure['stage']] = {k: failure.get(k) for k in ('status', 'wall_s', 'notebook', 'error')}
+    scores = {'S_0': getattr(self, 'S0', None)} | {f'S_{k}': h['solved'] for k in range(1, r + 1)
+                                                   if (h := (read_stage_json(L.round(k).stage_json('04_eval')) or {}).get('headline'))}
+    dec = (read_stage_json(R.stage_json('05_stop_rule')) or {}).get('headline') if r else None
+    paths = {n: L.relative(p) for n, p in R.artefacts().items() if p.exists()}
+    paths['notebooks'] = sorted(L.relative(p) for p in R.dir.glob('*.ipynb'))
+    if r >= 1: paths['measurement_used'] = str(portable(str(self.measurement(r)), self.run_dir))
+    if r == 0 and hasattr(self, 'baseline_path'): paths['baseline_eval_verdicts'] = portable(str(self.baseline_path), self.run_dir)
+    man = {'run': self.run_dir.name, 'round': r, 'demo': self.cfg['demo'], 'scores': scores,
+           'eval_settings': {k: st['04_eval'][k] for k in ('n', 'max_new_tokens', 'seed', 'temperature', 'top_p')},
+           'decision': dec, 'best_round': (dec or {}).get('best_round'), 'paths': paths,
+           'base_model': L.relative(self.paths['base_model']),
+           'seeds': {SECTIONS[s]: st[s].get('seed') for s in ('00_select', '01_sample_verify', '02_sft', '04_eval')},
+           'verifier': self.verifier_params(), 'versions': versions(), 'stages': stages,
+           'wall_s': {s: v.get('wall_s') for s, v in stages.items()}, 'config': self.cfg['source']}
+    if (dec or {}).get('best_note'): man['best_note'] = dec['best_note']
+    atomic_write_json(R.manifest, man)
+
+@patch
+def preflight(self:Run):
+    "Refuse (exit 3) before anything is written when a finished step would now run with other configured parameters."
+    derived = ('scores', 'data_stop_reason', 'baseline_score')   # from the run's own results: checked when the step is reached
+    for rnd, stage, path in existing_markers(self.run_dir):
+        m = json.loads(path.read_text())
+        now = self.input_params() if stage == 'inputs' else self.params(rnd, stage)
+        now = portable(now, self.run_dir) | {k: m['params'][k] for k in derived if k in m['params']}
+        check_params(m, now, where(rnd, stage))
 
 # %% ../nbs/driver.ipynb #3813e1bc
 def score_given_baseline(path, scored_path, n:int) -> int:

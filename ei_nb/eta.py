@@ -43,6 +43,7 @@ def stage_work(stage:str, cfg:dict, P:int, N:int, rnd:int=1) -> float:
     st, e = cfg['stages'], cfg['eta']
     if stage == '01_sample_verify': return P * st['01_sample_verify']['n']
     if stage == '01c_correct': return P * st['01c_correct']['max_per_problem'] * st['01c_correct']['n']   # at most: every problem has failures
+    if stage == '00b_conjecture': return st['00b_conjecture']['n_prompts'] * (1 + st['00b_conjecture']['n'])   # at most: every conjecture is proved n times
     if stage == '04_eval': return N * st['04_eval']['n']
     if stage == '02_sft': return training_work(st['02_sft'], P, e)
     if stage == '03_average': return e['model_bytes']
@@ -52,9 +53,9 @@ def stage_work(stage:str, cfg:dict, P:int, N:int, rnd:int=1) -> float:
 def model_seconds(stage:str, cfg:dict, work:float) -> float:
     "Seconds for `work` units of `stage` by the compute model."
     e, st = cfg['eta'], cfg['stages']
-    if stage in ('01_sample_verify', '01c_correct', '04_eval'):   # sampling and verifying: a correction is a pool-length proof
-        T = min(e['T_pool' if stage[:2] == '01' else 'T_eval'], st[stage]['max_new_tokens'])
-        return max(work * T / e['r_gen'], work * e['f_code'] * e['t_v']) + e['gv_overhead_s' if stage[:2] == '01' else 'eval_overhead_s']
+    if stage in ('00b_conjecture', '01_sample_verify', '01c_correct', '04_eval'):   # sampling and verifying: a conjecture or a correction counts as a pool-length proof
+        T = min(e['T_eval' if stage == '04_eval' else 'T_pool'], st[stage]['max_new_tokens'])
+        return max(work * T / e['r_gen'], work * e['f_code'] * e['t_v']) + e['eval_overhead_s' if stage == '04_eval' else 'gv_overhead_s']
     if stage == '02_sft':
         return work / (e['r_tr'] * e['sft_efficiency']) + work / (e['sft_efficiency'] * e['micro_tokens']) / 40 * e['save_s_per_40'] + e['export_s']
     if stage == '03_average': return work / e['avg_bytes_per_s'] + e['avg_io_s']

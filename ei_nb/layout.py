@@ -14,12 +14,15 @@ __all__ = ['ROUND_STAGES', 'ROUND0_STAGES', 'FINAL', 'OUTPUTS', 'RoundLayout', '
            'read_stage_json']
 
 # %% ../nbs/layout.ipynb #0570a557
-ROUND_STAGES = ('00_select', '01_sample_verify', '01c_correct', '02_sft', '03_average', '07_sharpen', '04_eval', '05_stop_rule', '06_report')
+ROUND_STAGES = ('00b_conjecture', '00_select', '01_sample_verify', '01c_correct', '02_sft', '03_average', '07_sharpen', '04_eval', '05_stop_rule', '06_report')
 ROUND0_STAGES = ('demo', 'inputs', '01_sample_verify', '04_eval')
 FINAL = 10**6  # the round number of the final report
 OUTPUTS = {
     'demo': ['demo'],
     'inputs': ['inputs'],
+    '00b_conjecture': ['conjecture_prompts.jsonl', 'conjecture_candidates.jsonl', 'conjecture_problems.jsonl', 'conjecture_samples.jsonl',
+                       'conjecture_samples.jsonl.settings.json', 'conjecture_verdicts.jsonl', 'conjectures.jsonl', 'conjecture_rows.jsonl',
+                       'conjecture.json'],
     '00_select': ['measurement.jsonl', 'selected.jsonl', 'select.json'],
     '01_sample_verify': ['samples.jsonl', 'samples.jsonl.settings.json', 'verdicts.jsonl', 'sample_verify.json', 'sample_verify.png'],
     '01c_correct': ['correction_problems.jsonl', 'correction_samples.jsonl', 'correction_samples.jsonl.settings.json',
@@ -41,6 +44,15 @@ class RoundLayout:
     @property
     def dir(self) -> Path: return self.run_dir if self.r == FINAL else self.run_dir/f'round_{self.r:02d}'
     def __truediv__(self, name) -> Path: return self.dir/name
+    # 00b_conjecture (optional: first in a round when the config enables it)
+    @property
+    def conjectures(self) -> Path: return self/'conjectures.jsonl'
+    @property
+    def conjecture_verdicts(self) -> Path: return self/'conjecture_verdicts.jsonl'
+    @property
+    def conjecture_rows(self) -> Path: return self/'conjecture_rows.jsonl'
+    @property
+    def conjecture_json(self) -> Path: return self/'conjecture.json'
     # 00_select
     @property
     def measurement(self) -> Path: return self/'measurement.jsonl'
@@ -108,7 +120,7 @@ class RoundLayout:
     def notebook(self, stage:str) -> Path: return self/f'{stage}.ipynb'
     def artefacts(self) -> dict[str, Path]:
         "The round's artefacts a manifest lists, by their name in the round folder."
-        ps = (self.measurement, self.selected, self.select_json, self.samples, self.verdicts, self.sample_verify_json,
+        ps = (self.conjectures, self.conjecture_verdicts, self.conjecture_rows, self.conjecture_json, self.measurement, self.selected, self.select_json, self.samples, self.verdicts, self.sample_verify_json,
               self.correction_verdicts, self.correction_rows, self.correct_json, self.sft_rows,
               self.sft_json, self.sft_logprobs, self.adapter, self.merged, self.model, self.uplift_json, self.uplift_png, self.eval_samples, self.eval_verdicts, self.eval_json, self.decision)
         return {p.relative_to(self.dir).as_posix(): p for p in ps}

@@ -5,14 +5,15 @@
 # %% ../nbs/00_select.ipynb #2ece7f7f
 from __future__ import annotations
 import hashlib
+from pathlib import Path
 import numpy as np
 import pandas as pd
 from .core import BadInput, DataStop, check_output, read_problems, read_frame, statement_key, write_records
 from .eval import problem_counts
 
 # %% auto #0
-__all__ = ['pass_rates', 'sampled_by', 'measurement_sources', 'protected_index', 'decontaminate', 'select_problems', 'plot_band',
-           'run_select', 'select_cli']
+__all__ = ['pass_rates', 'sampled_by', 'measurement_sources', 'merge_measurements', 'protected_index', 'decontaminate',
+           'select_problems', 'plot_band', 'run_select', 'select_cli']
 
 # %% ../nbs/00_select.ipynb #27c1ab7b
 def pass_rates(verdicts:pd.DataFrame) -> pd.DataFrame:
@@ -32,6 +33,20 @@ def measurement_sources(path) -> pd.DataFrame:
     if v['round'].isna().any(): return pd.DataFrame({'problems': [v.name.nunique()], 'samples': [len(v)], 'sampled by': ['(round not recorded)']}, index=['?'])
     g = v.groupby('round')
     return pd.DataFrame({'problems': g.name.nunique(), 'samples': g.size(), 'sampled by': [sampled_by(int(r)) for r in g.size().index]})
+
+# %% ../nbs/00_select.ipynb #a0f263b3
+def merge_measurements(results_path, # the older measurement (verdict records)
+                       newer_paths, # verdict files, oldest first: each replaces the verdicts of the problems it holds
+                       out_path) -> Path:
+    "Write the latest verdicts per problem to `out_path` atomically: each newer file's for its problems, the older ones for the rest."
+    from ei_nb.core import iter_jsonl, jsonl_bytes, atomic_write_bytes
+    rows = [r for _, r in iter_jsonl(results_path)]
+    for newer in newer_paths:
+        new = [r for _, r in iter_jsonl(newer)]
+        names = {r['name'] for r in new}
+        rows = [r for r in rows if r['name'] not in names] + new
+    atomic_write_bytes(out_path, jsonl_bytes(rows))
+    return Path(out_path)
 
 # %% ../nbs/00_select.ipynb #baeb1aa1
 def protected_index(protected:list[dict]) -> tuple[set, set]:

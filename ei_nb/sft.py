@@ -15,12 +15,13 @@ from .prompts import render_prompt
 
 # %% auto #0
 __all__ = ['RANKS', 'SCHEDULES', 'protected_key', 'read_protected', 'protected_index', 'is_protected', 'join_passes',
-           'rank_passes', 'proof_text', 'select_proofs', 'load_tokenizer', 'encode', 'problem_passes', 'rank_weight',
-           'with_logprobs', 'lever_fields', 'build_sft_rows', 'read_sft_rows', 'demo_sft_inputs', 'plan_steps',
-           'micro_batches', 'split_ranks', 'tokenize_rows', 'collate', 'completion_states', 'completion_loss',
-           'token_logprobs', 'loss_module', 'lr_factor', 'atomic_dir', 'trainable_state', 'save_checkpoint',
-           'latest_checkpoint', 'load_checkpoint', 'probe_logits', 'export_model', 'load_for_training', 'train_lora',
-           'sft_data_cli', 'train_parser', 'run_trainer_cli', 'train_cli', 'check_rows_not_protected']
+           'rank_passes', 'proof_text', 'select_proofs', 'load_tokenizer', 'encode', 'problem_passes', 'measure_passes',
+           'sft_row', 'rank_weight', 'with_logprobs', 'lever_fields', 'build_sft_rows', 'read_sft_rows',
+           'demo_sft_inputs', 'plan_steps', 'micro_batches', 'split_ranks', 'tokenize_rows', 'collate',
+           'completion_states', 'completion_loss', 'token_logprobs', 'loss_module', 'lr_factor', 'atomic_dir',
+           'trainable_state', 'save_checkpoint', 'latest_checkpoint', 'load_checkpoint', 'probe_logits', 'export_model',
+           'load_for_training', 'train_lora', 'sft_data_cli', 'train_parser', 'run_trainer_cli', 'train_cli',
+           'check_rows_not_protected']
 
 # %% ../nbs/02_sft.ipynb #03301c8d
 _THM = re.compile(r'(?m)^[ \t]*(?:@\[[^\]]*\]\s*)?(?:private\s+|protected\s+)?(?:theorem|lemma)\s')
@@ -127,6 +128,20 @@ def problem_passes(problems:list[dict], samples:list[dict], verdicts:list[dict])
     if unknown: raise BadInput(f'{len(unknown)} problems with pass verdicts are not in the problems file, e.g. {unknown[0]!r}')
     return passes, n
 
+def measure_passes(prompt:str, ps:list[tuple[dict, dict]], tok) -> tuple[int, dict[int, str], dict[int, int]]:
+    "Prompt tokens, and per `sample_idx` the completion (without a trailing EOS text) and the row length (prompt + completion + EOS)."
+    n_prompt = len(encode(tok, [prompt])[0])
+    comps = {s['sample_idx']: _completion(s, tok.eos_token) for s, _ in ps}
+    capped = {s['sample_idx']: s['capped'] for s, _ in ps}
+    lengths = {i: n_prompt + len(ids) + (not capped[i]) for i, ids in zip(comps, encode(tok, list(comps.values())))}
+    return n_prompt, comps, lengths
+
+def sft_row(name:str, sample:dict, round_idx:int, prompt:str, completion:str, n_prompt:int, n_tokens:int, **extra) -> dict:
+    "One SFT row: the exact sampling prompt, the completion, its lengths and provenance (`extra` appended)."
+    return {'name': name, 'sample_idx': sample['sample_idx'], 'round': round_idx, 'prompt': prompt, 'completion': completion,
+            'eos': not sample['capped'], 'n_tokens': n_tokens, 'n_prompt_tokens': n_prompt,
+            'completion_tokens': sample['n_tokens']} | extra
+
 # %% ../nbs/02_sft.ipynb #a13736fd
 def rank_weight(rank:int, # 0 = most likely correct sample of its problem
                 n_correct:int, # G: correct samples of the problem
@@ -166,7 +181,7 @@ def build_sft_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
     tok, lever = load_tokenizer(tokenizer), rank == 'unlikely' or beta_rank != 0
     if not 0 <= beta_rank <= 1: raise BadInput(f'beta_rank must be in [0, 1], got {beta_rank}')
     if lever and logprobs is None: raise BadInput(f"rank {rank!r} with beta_rank {beta_rank} needs the log-prob of every pass under the model that sampled (`logprobs`)")
-    index, eos = protected_index(protected), tok.eos_token
+    index = protected_index(protected)
     passes, n = problem_passes(problems, samples, verdicts)
     rows, cands, st = [], [], Counter()
     for p in problems:
@@ -174,21 +189,16 @@ def build_sft_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
         if is_protected(p, index): st['dropped_protected'] += 1; continue
         if lever: ps = with_logprobs(ps, logprobs)
         prompt = render_prompt(p, tok, style)
-        n_prompt = len(encode(tok, [prompt])[0])
-        comps = [_completion(s, eos) for s,_ in ps]
-        lengths = {s['sample_idx']: n_prompt + len(ids) + (not s['capped']) for (s,_),ids in zip(ps, encode(tok, comps))}
+        n_prompt, comps, lengths = measure_passes(prompt, ps, tok)
         solved_all = len(ps) == n[p['name']]
         st['dropped_all_solved'] += solved_all
         labels = [(s['sample_idx'], 'all_solved') for s,_ in ps] if solved_all else select_proofs(ps, lengths, max_per_problem, rank, max_tokens)
-        by_idx = {s['sample_idx']: (s, c) for (s,_),c in zip(ps, comps)}
+        by_idx = {s['sample_idx']: s for s, _ in ps}
         extra = lever_fields(ps, rank, beta_rank) if lever else {}
         for i,status in labels:
             cands.append({'name': p['name'], 'sample_idx': i, 'n_tokens': lengths[i], 'status': status})
             if status != 'kept': continue
-            s, c = by_idx[i]
-            rows.append({'name': p['name'], 'sample_idx': i, 'round': round_idx, 'prompt': prompt, 'completion': c,
-                         'eos': not s['capped'], 'n_tokens': lengths[i], 'n_prompt_tokens': n_prompt,
-                         'completion_tokens': s['n_tokens']} | extra.get(i, {}))
+            rows.append(sft_row(p['name'], by_idx[i], round_idx, prompt, comps[i], n_prompt, lengths[i], **extra.get(i, {})))
     status = Counter(c['status'] for c in cands)
     stats = {'rows': len(rows), 'problems': len({r['name'] for r in rows}), 'dropped_too_long': status['too_long'],
              'dropped_all_solved': st['dropped_all_solved'], 'dropped_duplicates': status['duplicate'],
