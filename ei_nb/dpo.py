@@ -12,7 +12,8 @@ from .core import (SFT_MAX_TOKENS, BadInput, DataStop, StageFailed, RecordError,
                    read_problems, read_samples, read_verdicts, write_records)
 from .sft import (build_sft_rows, join_passes, load_tokenizer, encode, proof_text, tokenize_rows, collate,
                   completion_loss, lr_factor, SCHEDULES, save_checkpoint, latest_checkpoint, load_checkpoint,
-                  export_model, load_for_training, demo_sft_inputs, _completion, _fingerprint, _eta)
+                  export_model, load_for_training, demo_sft_inputs, _completion, _fingerprint, _eta,
+                  make_optimizer, resume_state, step_due, _progress)
 
 # %% auto #0
 __all__ = ['LEAN_ERROR', 'DEMO_LOSER', 'OBJECTIVES', 'DPO_KEYS', 'is_lean_failure', 'demo_dpo_inputs', 'pass_rates', 'draw_pairs',
@@ -280,19 +281,15 @@ def train_dpo(model_dir, # the round's input model: the policy starts here and i
     model, save_dtype, bf16 = load_for_training(model_dir, device, False, lora_r, lora_alpha, lora_dropout, target_modules,
                                                 dtype, gradient_checkpointing, attn_implementation, seed)
     autocast = partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16, enabled=bf16)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, partial(lr_factor, total=len(steps), warmup=math.ceil(warmup_ratio*len(steps)), schedule=schedule))
-    ck_root, start = out_dir/'checkpoints', 0
+    trainable, opt, sched = make_optimizer(model, lr, weight_decay, len(steps), warmup_ratio, schedule)
+    ck_root = out_dir/'checkpoints'
     hist = {k: [] for k in ('loss', 'margin', 'accuracy', 'chosen_reward', 'rejected_reward', 'band', 'lr', 'tokens', 'seconds')}
     if not resume: shutil.rmtree(ck_root, ignore_errors=True)
     t_ref = time.time()
     ref = _reference(ck_root, fingerprint, model, chosen, rejected, device, loss_chunk, autocast)
     t_ref = time.time() - t_ref
-    if resume and (ck := latest_checkpoint(ck_root)):
-        state = load_checkpoint(ck, model, opt, sched, fingerprint)
-        start, hist = state['step'], state['history']
-        say(f'dpo: resumed from {ck} (step {start}/{len(steps)})')
+    start, hist, ck = resume_state(ck_root, model, opt, sched, fingerprint, hist) if resume else (0, hist, None)
+    if ck: say(f'dpo: resumed from {ck} (step {start}/{len(steps)})')
     every, t0 = log_every or max(1, len(steps)//20), time.time()
     for s in range(start, len(steps)):
         t_step = time.time()
@@ -301,12 +298,10 @@ def train_dpo(model_dir, # the round's input model: the policy starts here and i
         lr_now = opt.param_groups[0]['lr']
         opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
         _record(hist, r, steps[s], bands[steps[s][0]], lr_now, chosen, rejected, time.time() - t_step)
-        if save_every and ((s+1) % save_every == 0 or s+1 == len(steps)):
+        if step_due(s, save_every, len(steps)):
             save_checkpoint(ck_root, s+1, model, opt, sched, {'fingerprint': fingerprint, 'history': hist}, keep_checkpoints)
-        if (s+1) % every == 0 or s+1 == len(steps):
-            el = time.time() - t0
-            say(f'dpo: step {s+1}/{len(steps)} band {hist["band"][-1]} loss {hist["loss"][-1]:.4f} margin {hist["margin"][-1]:.4f} '
-                f'acc {hist["accuracy"][-1]:.2f} lr {hist["lr"][-1]:.2e} eta {_eta(el/(s+1-start)*(len(steps)-s-1))}')
+        if step_due(s, every, len(steps)):
+            say(_progress('dpo', hist, s, len(steps), start, t0, f" band {hist['band'][-1]} margin {hist['margin'][-1]:.4f} acc {hist['accuracy'][-1]:.2f}"))
         if on_step: on_step(s+1, hist['loss'][-1])
     train_s = time.time() - t0
     metrics = _dpo_metrics(hist, bands, chosen, rejected, n_long, len(steps), start, t_ref, train_s, params)

@@ -20,8 +20,8 @@ __all__ = ['RANKS', 'SCHEDULES', 'protected_key', 'read_protected', 'protected_i
            'demo_sft_inputs', 'plan_steps', 'micro_batches', 'split_ranks', 'tokenize_rows', 'collate',
            'completion_states', 'completion_loss', 'token_logprobs', 'loss_module', 'lr_factor', 'atomic_dir',
            'trainable_state', 'save_checkpoint', 'latest_checkpoint', 'load_checkpoint', 'probe_logits', 'export_model',
-           'load_for_training', 'train_lora', 'sft_data_cli', 'train_parser', 'run_trainer_cli', 'train_cli',
-           'check_rows_not_protected']
+           'load_for_training', 'make_optimizer', 'resume_state', 'step_due', 'train_lora', 'sft_data_cli',
+           'train_parser', 'run_trainer_cli', 'train_cli', 'check_rows_not_protected']
 
 # %% ../nbs/02_sft.ipynb #03301c8d
 _THM = re.compile(r'(?m)^[ \t]*(?:@\[[^\]]*\]\s*)?(?:private\s+|protected\s+)?(?:theorem|lemma)\s')
@@ -491,7 +491,56 @@ def _fingerprint(examples, model_dir, params:dict) -> str:
 
 def _eta(s:float) -> str: return f'{int(s//3600)}:{int(s%3600//60):02d}:{int(s%60):02d}'
 
+def make_optimizer(model, lr:float, weight_decay:float, n_steps:int, warmup_ratio:float, schedule:str):
+    "AdamW on the trainable weights and its LR schedule (warm-up, then decay to 0 at `n_steps`): (trainable, optimizer, scheduler)."
+    import torch
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
+    warmup = math.ceil(warmup_ratio * n_steps)
+    return trainable, opt, torch.optim.lr_scheduler.LambdaLR(opt, partial(lr_factor, total=n_steps, warmup=warmup, schedule=schedule))
+
+def resume_state(ck_root, model, opt, sched, fingerprint:str, history:dict) -> tuple[int, dict, Path|None]:
+    "(first step, history, checkpoint): restored from the newest checkpoint under `ck_root` when there is one, else a fresh start."
+    if not (ck := latest_checkpoint(ck_root)): return 0, history, None
+    state = load_checkpoint(ck, model, opt, sched, fingerprint)
+    return state['step'], state['history'], ck
+
+def step_due(s:int, every:int, n_steps:int) -> bool:
+    "Whether 0-based step `s` ends a period of `every` steps, or the run."
+    return every > 0 and ((s + 1) % every == 0 or s + 1 == n_steps)
+
 # %% ../nbs/02_sft.ipynb #2a6dcf48
+def _sft_plan(rows_or_path, tok, max_tokens:int, batch_tokens:int, epochs:int, seed:int, max_steps:int):
+    "The tokenized rows that fit (and how many did not), their lengths and completion tokens, and the optimizer steps."
+    rows = read_sft_rows(rows_or_path) if isinstance(rows_or_path, (str, Path)) else list(rows_or_path)
+    examples, n_long = tokenize_rows(rows, tok, max_tokens)
+    if not examples: raise DataStop('no SFT row to train on')
+    lengths = [len(e['ids']) for e in examples]
+    targets = [len(e['ids']) - e['n_prompt'] for e in examples]
+    steps = plan_steps(lengths, batch_tokens, epochs, seed, max_steps)
+    if not steps: raise BadInput(f'no optimizer step to run (epochs={epochs}, max_steps={max_steps})')
+    return examples, n_long, lengths, targets, steps
+
+def _progress(who:str, hist:dict, s:int, n_steps:int, start:int, t0:float, extra:str='') -> str:
+    "One log line after 0-based step `s`: loss, LR, throughput and the time left."
+    el = time.time() - t0
+    rate = f" {sum(hist['tokens'][start:])/el:,.0f} tok/s" if hist.get('tokens') else ''
+    return (f"{who}: step {s+1}/{n_steps}{extra} loss {hist['loss'][-1]:.4f} lr {hist['lr'][-1]:.2e}{rate} "
+            f"eta {_eta(el/(s+1-start)*(n_steps-s-1))}")
+
+def _accumulate(acc, wrapped, examples, lengths, mine, n_tgt:int, autocast, waste:list):
+    "Forward and backward this process's passes of one step (no gradient sync until the last); the summed loss."
+    import torch
+    loss_sum = torch.zeros((), device=acc.device)
+    for j,(idxs,w) in enumerate(mine):
+        batch = collate(examples, idxs, acc.device)
+        waste[0] += batch['input_ids'].numel(); waste[1] += sum(lengths[i] for i in idxs) * (w > 0)   # zero-weight balancing passes count as waste
+        with (acc.no_sync(wrapped) if j < len(mine)-1 else contextlib.nullcontext()):
+            with autocast(): l = wrapped(**batch)
+            acc.backward(l * (w * acc.num_processes / n_tgt))
+        loss_sum += w * l.detach()
+    return loss_sum
+
 def train_lora(model_dir, # previous round's merged model (config, safetensors, tokenizer)
                rows_or_path, # SFT rows, or the path of an SFT JSONL file
                out_dir, # gets adapter/, merged/, train.json (and checkpoints/ while training)
@@ -521,13 +570,7 @@ def train_lora(model_dir, # previous round's merged model (config, safetensors, 
     hf_logging.disable_progress_bar()
     acc, out_dir = Accelerator(cpu=not torch.cuda.is_available()), Path(out_dir)
     tok = load_tokenizer(model_dir)
-    rows = read_sft_rows(rows_or_path) if isinstance(rows_or_path, (str, Path)) else list(rows_or_path)
-    examples, n_long = tokenize_rows(rows, tok, max_tokens)
-    if not examples: raise DataStop('no SFT row to train on')
-    lengths = [len(e['ids']) for e in examples]
-    targets = [len(e['ids']) - e['n_prompt'] for e in examples]
-    steps = plan_steps(lengths, batch_tokens, epochs, seed, max_steps)
-    if not steps: raise BadInput(f'no optimizer step to run (epochs={epochs}, max_steps={max_steps})')
+    examples, n_long, lengths, targets, steps = _sft_plan(rows_or_path, tok, max_tokens, batch_tokens, epochs, seed, max_steps)
     params = dict(lr=lr, epochs=epochs, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
                   target_modules=target_modules, batch_tokens=batch_tokens, pack_tokens=pack_tokens, max_tokens=max_tokens,
                   warmup_ratio=warmup_ratio, schedule=schedule, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
@@ -535,48 +578,34 @@ def train_lora(model_dir, # previous round's merged model (config, safetensors, 
     fingerprint = _fingerprint(examples, model_dir, params)
     model, save_dtype, bf16 = load_for_training(model_dir, acc.device, full_finetune, lora_r, lora_alpha, lora_dropout,
                                                 target_modules, dtype, gradient_checkpointing, attn_implementation, seed)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, partial(lr_factor, total=len(steps), warmup=math.ceil(warmup_ratio*len(steps)), schedule=schedule))
+    trainable, opt, sched = make_optimizer(model, lr, weight_decay, len(steps), warmup_ratio, schedule)
     wrapped = acc.prepare(loss_module(model, loss_chunk))
-    ck_root, hist, start = out_dir/'checkpoints', {'loss': [], 'lr': [], 'tokens': [], 'seconds': []}, 0
+    ck_root, hist = out_dir/'checkpoints', {'loss': [], 'lr': [], 'tokens': [], 'seconds': []}
     if not resume: shutil.rmtree(ck_root, ignore_errors=True)
-    if resume and (ck := latest_checkpoint(ck_root)):
-        state = load_checkpoint(ck, model, opt, sched, fingerprint)
-        start, hist = state['step'], state['history']
-        if acc.is_main_process: say(f'train: resumed from {ck} (step {start}/{len(steps)})')
-    world, rank, every = acc.num_processes, acc.process_index, log_every or max(1, len(steps)//20)
+    start, hist, ck = resume_state(ck_root, model, opt, sched, fingerprint, hist) if resume else (0, hist, None)
+    if ck and acc.is_main_process: say(f'train: resumed from {ck} (step {start}/{len(steps)})')
+    world, every = acc.num_processes, log_every or max(1, len(steps)//20)
     autocast = partial(torch.autocast, device_type=acc.device.type, dtype=torch.bfloat16, enabled=bf16)
-    fed = real = 0
+    waste = [0, 0]   # tokens fed, real tokens fed: the padding fraction
     t0 = time.time()
     for s in range(start, len(steps)):
         t_step, n_tgt = time.time(), sum(targets[i] for i in steps[s])
-        mine = split_ranks(micro_batches(steps[s], lengths, pack_tokens), lengths, world)[rank]
-        loss_sum = torch.zeros((), device=acc.device)
-        for j,(idxs,w) in enumerate(mine):
-            batch = collate(examples, idxs, acc.device)
-            fed += batch['input_ids'].numel(); real += sum(lengths[i] for i in idxs) * (w > 0)   # zero-weight balancing passes count as waste
-            with (acc.no_sync(wrapped) if j < len(mine)-1 else contextlib.nullcontext()):
-                with autocast(): l = wrapped(**batch)
-                acc.backward(l * (w * world / n_tgt))
-            loss_sum += w * l.detach()
+        mine = split_ranks(micro_batches(steps[s], lengths, pack_tokens), lengths, world)[acc.process_index]
+        loss_sum = _accumulate(acc, wrapped, examples, lengths, mine, n_tgt, autocast, waste)
         torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
         hist['lr'].append(opt.param_groups[0]['lr'])
         opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
         hist['loss'].append((acc.reduce(loss_sum, 'sum') if world > 1 else loss_sum).item() / n_tgt)
         hist['tokens'].append(sum(lengths[i] for i in steps[s])); hist['seconds'].append(time.time() - t_step)
-        if save_every and ((s+1) % save_every == 0 or s+1 == len(steps)):
+        if step_due(s, save_every, len(steps)):
             if acc.is_main_process: save_checkpoint(ck_root, s+1, model, opt, sched, {'fingerprint': fingerprint, 'history': hist}, keep_checkpoints)
             acc.wait_for_everyone()
-        if acc.is_main_process and ((s+1) % every == 0 or s+1 == len(steps)):
-            el = time.time() - t0
-            say(f'train: step {s+1}/{len(steps)} loss {hist["loss"][-1]:.4f} lr {hist["lr"][-1]:.2e} '
-                f'{sum(hist["tokens"][start:])/el:,.0f} tok/s eta {_eta(el/(s+1-start)*(len(steps)-s-1))}')
+        if acc.is_main_process and step_due(s, every, len(steps)): say(_progress('train', hist, s, len(steps), start, t0))
         if on_step: on_step(s+1, hist['loss'][-1])
     train_s = time.time() - t0
     metrics = {'rows': len(examples), 'dropped_too_long': n_long, 'tokens': sum(lengths), 'completion_tokens': sum(targets),
                'steps': len(steps), 'resumed_from': start, 'tokens_per_s': sum(hist['tokens'][start:]) / max(train_s, 1e-9),
-               'padding_fraction': 1 - real / fed if fed else 0.0, 'train_s': train_s,
+               'padding_fraction': 1 - waste[1] / waste[0] if waste[0] else 0.0, 'train_s': train_s,
                'first_loss': hist['loss'][0], 'final_loss': hist['loss'][-1], 'history': hist, 'params': params}
     if acc.is_main_process:
         del opt
