@@ -31,8 +31,8 @@ induction' cases' refine' exact? apply? decide_eq_true'''.split())   # tactic na
 
 _ID = r"[A-Za-z_][\w'!?₀-₉]*"
 _TOKEN = re.compile(rf"(?<![\w'!?.₀-₉])({_ID}(?:\.{_ID})*)")
-_INTRO = re.compile(r"(?:\b(?:have|obtain|intro|intros|rintro|fun|with|by_contra!?|by_cases|set|let|generalize|cases'|induction'|rcases|choose)"
-                    r"|λ|∀|∃!?|∑|∏)\s+([^:=,⟩]*)")
+_INTRO = re.compile(r"(?:\b(?:have|obtain|intro|intros|rintro|fun|with|by_contra!?|by_cases|set|let|generalize|choose)"
+                    r"|λ|∀|∃!?|∑|∏)\s+([^:=,⟩<;()\[\]|\n]*)")   # `cases' h with x hx`: the names follow `with`
 _BINDER = re.compile(r"[({⦃\[]\s*([^:(){}\[\]⦃⦄]*?)\s*:")
 _ANON = re.compile(r"⟨([^⟨⟩]*)⟩")
 _CASE = re.compile(r"\|\s*[\w.]+((?:\s+[\w'₀-₉]+)+)\s*=>")
@@ -358,14 +358,15 @@ def run_conjecture(problems_path, verdicts_path, # the pool and the latest verdi
                    n_prompts:int=256, conj_per_prompt:int=1, n:int=8, conj_hi:float=0.25, lemma_frac:float=0.1,
                    elegance_quantile:float=0.2, conj_max_new_tokens:int=512, max_new_tokens:int=16384,
                    temperature:float=1.0, top_p:float=0.95, seed:int=0,
-                   sampler:str='transformers', sampler_options:dict|None=None, verifier=None, # `VerifierSettings` (None: no verifier)
+                   sampler:str='transformers', sampler_options:dict|None=None, verifier=None, # `VerifierSettings` (None: no Lean, proofs `unchecked`)
                    prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5, max_tokens:int=18432,
                    easy_timeout:float=10, protected=(), log=print, progress:bool|None=None) -> dict:
     "Conjecture, check, prove and keep into `out_dir`; what `conjecture.json` holds."
     from ei_nb.sample import SampleParams
     from ei_nb.sample_verify import sample_and_verify
     from ei_nb.sample import open_verifier
-    out_dir, tok = Path(out_dir), load_tokenizer(model_dir)
+    from ei_nb.verify import VerifierSettings
+    out_dir, tok, verifier = Path(out_dir), load_tokenizer(model_dir), verifier or VerifierSettings()
     problems = read_problems(problems_path)
     with open_verifier(verifier) as ver:
         backend = getattr(ver, 'backend', None)
