@@ -16,8 +16,8 @@ from .sft import encode, is_protected, join_passes, load_tokenizer, protected_in
 
 # %% auto #0
 __all__ = ['LEMMA_TACTICS', 'LEMMA_MARK', 'EASY_MARK', 'HARD_MARK', 'HARD_END', 'CONJECTURE_ASK', 'STATUSES', 'EASY_TACTICS',
-           'HEADLINE', 'bound_names', 'proof_lemmas', 'header_opens', 'uses_lemma', 'seed_proofs', 'seed_code',
-           'choose_pairs', 'conjecture_block', 'conjecture_prompt', 'prompt_problem', 'parse_conjecture',
+           'EASY_HEARTBEATS', 'HEADLINE', 'bound_names', 'proof_lemmas', 'header_opens', 'uses_lemma', 'seed_proofs',
+           'seed_code', 'choose_pairs', 'conjecture_block', 'conjecture_prompt', 'prompt_problem', 'parse_conjecture',
            'rename_theorem', 'conjecture_name', 'conjecture_problem', 'precheck_statement', 'check_candidates',
            'elaborate', 'lemma_statements', 'proof_length', 'select_conjectures', 'conjecture_rows',
            'add_conjecture_rows', 'run_conjecture', 'conjecture_counts']
@@ -83,12 +83,15 @@ def uses_lemma(code:str, # a verified proof
 # %% ../nbs/00b_conjecture.ipynb #a2dd5a17
 def seed_proofs(problems:list[dict], verdicts:list[dict], # the pool and the latest verdicts of its problems
                 protected=(), # rows with `name` and `formal_statement` that never seed
+                min_rate:float=0.0, # only problems whose pass rate in `verdicts` is above this seed (STP: 0.35)
                ) -> list[dict]:
     "`{problem, code, lemmas}` of each verified proof of an original (non-conjecture, unprotected) pool problem, in file order."
     by_name, index, out, seen = {p['name']: p for p in problems}, protected_index(protected), [], set()
+    tried, passed = Counter(v['name'] for v in verdicts), Counter(v['name'] for v in verdicts if v['verdict'] == 'pass')
     for v in verdicts:
         p = by_name.get(v['name'])
         if v['verdict'] != 'pass' or not v.get('proof') or p is None or p.get('source') == 'conjecture' or is_protected(p, index): continue
+        if min_rate > 0 and not passed[p['name']] / tried[p['name']] > min_rate: continue
         code = seed_code(v['proof'], p)
         if (p['name'], normalize_ws(code)) in seen: continue
         seen.add((p['name'], normalize_ws(code)))
@@ -213,6 +216,7 @@ def check_candidates(gens:list[dict], # generation samples (`name` = prompt name
 
 # %% ../nbs/00b_conjecture.ipynb #04b145c6
 EASY_TACTICS = 'first | (norm_num; done) | (simp; done) | decide'
+EASY_HEARTBEATS = 20000   # Lean's own deterministic budget for the bundle: it stops there with an error, no process is killed
 
 def _lean_errors(reply) -> str|None:
     "The first error of a Lean reply (or why the reply is no answer), None when it has none."
@@ -231,7 +235,7 @@ def elaborate(problem:dict, # a conjecture problem record
     try: err = _lean_errors(backend.run(problem['header'], re.sub(r':=\s*by$', ':= by sorry', stmt) + '\n', timeout))
     except LeanError as e: err = f'lean: {str(e)[:200]}'
     if err: return 'not_elaborated', err
-    try: reply = backend.run(problem['header'], f'{stmt}\n  {EASY_TACTICS}\n', easy_timeout)
+    try: reply = backend.run(problem['header'], f'set_option maxHeartbeats {EASY_HEARTBEATS} in\n{stmt}\n  {EASY_TACTICS}\n', easy_timeout)
     except LeanError: return 'accepted', None                     # not closed within the deadline: not too easy
     sorry = any('sorry' in str(m.get('data', '')) for m in reply.get('messages', []) if isinstance(m, dict)) or reply.get('sorries')
     return ('too_easy', EASY_TACTICS) if _lean_errors(reply) is None and not sorry else ('accepted', None)
@@ -339,9 +343,9 @@ def _lean_checks(cands:list[dict], backend, workers:int, timeout:float, easy_tim
     with ThreadPoolExecutor(max(1, workers)) as ex:
         for c, (st, why) in zip(todo, ex.map(one, todo)): c['status'], c['reason'] = st, why
 
-def _prompts(problems, verdicts, n_prompts, lemma_frac, seed, round_idx, tok, style, protected, backend, timeout):
+def _prompts(problems, verdicts, n_prompts, lemma_frac, seed, round_idx, tok, style, protected, backend, timeout, min_rate):
     "The prompt problems of the round, and the seeds they came from."
-    seeds = seed_proofs(problems, verdicts, protected)
+    seeds = seed_proofs(problems, verdicts, protected, min_rate)
     statements = {}
     if backend is not None:                 # Lean knows which names are lemmas, and their statements
         by_header = defaultdict(set)
@@ -360,7 +364,7 @@ def run_conjecture(problems_path, verdicts_path, # the pool and the latest verdi
                    temperature:float=1.0, top_p:float=0.95, seed:int=0,
                    sampler:str='transformers', sampler_options:dict|None=None, verifier=None, # `VerifierSettings` (None: no Lean, proofs `unchecked`)
                    prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5, max_tokens:int=18432,
-                   easy_timeout:float=10, protected=(), log=print, progress:bool|None=None) -> dict:
+                   easy_timeout:float=10, seed_min_rate:float=0.0, protected=(), log=print, progress:bool|None=None) -> dict:
     "Conjecture, check, prove and keep into `out_dir`; what `conjecture.json` holds."
     from ei_nb.sample import SampleParams
     from ei_nb.sample_verify import sample_and_verify
@@ -371,8 +375,9 @@ def run_conjecture(problems_path, verdicts_path, # the pool and the latest verdi
     with open_verifier(verifier) as ver:
         backend = getattr(ver, 'backend', None)
         lean_timeout = getattr(ver, 'timeout', 60)
-        prompts, seeds = _prompts(problems, read_verdicts(verdicts_path, required=False), n_prompts, lemma_frac, seed, round_idx, tok,
-                                  prompt_style, protected, backend, lean_timeout)
+        verdicts = read_verdicts(verdicts_path, required=False) if verdicts_path else []     # no verdicts yet: nothing seeds
+        prompts, seeds = _prompts(problems, verdicts, n_prompts, lemma_frac, seed, round_idx, tok, prompt_style, protected, backend,
+                                  lean_timeout, seed_min_rate)
         write_records(out_dir/'conjecture_prompts.jsonl', prompts, 'problem')
         by_prompt, model = {p['name']: p for p in prompts}, str(Path(model_dir).resolve())
         gen = sample_and_verify(prompts, model_dir, out_dir/'conjecture_generations.jsonl', None,
@@ -397,7 +402,7 @@ def run_conjecture(problems_path, verdicts_path, # the pool and the latest verdi
     rows = conjecture_rows(kept, by_prompt, tok, round_idx, max_tokens)
     write_records(out_dir/'conjecture_rows.jsonl', rows)
     checks = Counter(c['status'] for c in cands)
-    result = {'seeds': len(seeds), 'prompts': len(prompts), 'lemmas': len({p['lemma'] for p in prompts}),
+    result = {'seeds': len(seeds), 'prompts': len(prompts), 'prompts_too_long': gen.get('n_dropped', 0), 'lemmas': len({p['lemma'] for p in prompts}),
               'generated': len(gens), 'parsed': sum(c['statement'] is not None for c in cands),
               'elaborated': (checks['accepted'] + checks['too_easy']) if backend is not None else None,
               'to_prove': len(cproblems), 'proved': sum(1 for s in status.values() if s != 'unproved'), 'kept': len(kept),
@@ -405,7 +410,7 @@ def run_conjecture(problems_path, verdicts_path, # the pool and the latest verdi
               'verdict_counts': dict(Counter(v['verdict'] for v in verdicts)),
               'tokens': sum(s['n_tokens'] for s in gens) + sum(s['n_tokens'] for s in samples), 'proof_samples': len(samples),
               'n_prompts': n_prompts, 'conj_per_prompt': conj_per_prompt, 'n': n, 'conj_hi': conj_hi, 'lemma_frac': lemma_frac,
-              'elegance_quantile': elegance_quantile, 'lean': backend is not None,
+              'elegance_quantile': elegance_quantile, 'seed_min_rate': seed_min_rate, 'lean': backend is not None,
               'timings': {'conjecturing': gen['timings'], 'proving': proof['timings']},
               'n_generated': gen.get('n_generated', 0) + proof.get('n_generated', 0)}
     atomic_write_json(out_dir/'conjecture.json', result)

@@ -218,6 +218,9 @@ def test_no_seed_no_prompt_and_no_failure(tiny, tmp_path):
     assert (res['seeds'], res['prompts'], res['generated'], res['kept']) == (0, 0, 0, 0)
     for f in ('conjecture_prompts', 'conjecture_candidates', 'conjecture_problems', 'conjecture_samples', 'conjecture_verdicts', 'conjectures', 'conjecture_rows'):
         assert (tmp_path/'out'/f'{f}.jsonl').exists(), f
+    res = run_conjecture(tmp_path/'pool.jsonl', '', tiny, tmp_path/'out2', 1, n_prompts=4, prompt_style='completion',     # round 1: no verdicts yet
+                         sampler='scripted', log=lambda *a: None, progress=False)
+    assert (res['seeds'], res['prompts'], res['kept']) == (0, 0, 0) and (tmp_path/'out2'/'conjectures.jsonl').read_text() == ''
 
 
 def test_sigkill_while_proving_then_rerun_gives_identical_files(tiny, tmp_path):
