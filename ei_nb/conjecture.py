@@ -26,24 +26,26 @@ __all__ = ['LEMMA_TACTICS', 'LEMMA_MARK', 'EASY_MARK', 'HARD_MARK', 'HARD_END', 
 LEMMA_TACTICS = frozenset('''norm_num norm_num1 field_simp ring_nf ring1_nf simp_all simp_arith simp_rw simp_intro norm_cast push_cast
 exact_mod_cast apply_mod_cast rw_mod_cast assumption_mod_cast mod_cast by_contra by_cases split_ifs interval_cases nth_rewrite nth_rw
 native_decide subst_vars push_neg linear_combination rename_i clear_value apply_rules fin_cases mod_cases conv_lhs conv_rhs
-all_goals any_goals on_goal show_term unfold_let infer_instance exists_intro set_option bv_omega with_reducible aesop_cat
-induction' cases' refine' exact? apply? decide_eq_true'''.split())   # tactic names with an underscore or a prime
+all_goals any_goals on_goal show_term unfold_let infer_instance set_option bv_omega with_reducible aesop_cat
+induction' cases' refine' exact? apply?'''.split())   # tactic names with an underscore or a prime
 
 _ID = r"[A-Za-z_][\w'!?₀-₉]*"
 _TOKEN = re.compile(rf"(?<![\w'!?.₀-₉])({_ID}(?:\.{_ID})*)")
-_INTRO = re.compile(r"(?:\b(?:have|obtain|intro|intros|rintro|fun|with|by_contra!?|by_cases|set|let|generalize|choose)"
-                    r"|λ|∀|∃!?|∑|∏)\s+([^:=,⟩<;()\[\]|\n]*)")   # `cases' h with x hx`: the names follow `with`
+_HEAD = re.compile(r"\b(?:theorem|lemma|def|abbrev)\s+([^\s(){}\[\]⦃⦄:]+)(.*?):=", re.S)      # a declaration up to its `:=`
 _BINDER = re.compile(r"[({⦃\[]\s*([^:(){}\[\]⦃⦄]*?)\s*:")
-_ANON = re.compile(r"⟨([^⟨⟩]*)⟩")
+_TERM_BINDER = re.compile(r"(?:λ|∀|∃!?|∑|∏)\s+([^:=,⟨⟩<;()\[\]|\n]*)")
+_PATTERN = re.compile(r"\b(?:obtain|rintro|intro|intros|with|fun|have|let|set|by_contra!?|by_cases|generalize|choose)\s+([^:=;↦\n]*?)(?=[:=;↦]|<;>|\n|$)")
 _CASE = re.compile(r"\|\s*[\w.]+((?:\s+[\w'₀-₉]+)+)\s*=>")
-_DECLARED = re.compile(r"\b(?:theorem|lemma|def|abbrev|instance)\s+([^\s(){}\[\]⦃⦄:]+)")
 _HYP = re.compile(r"h[A-Za-z]?(?:_|\d|[₀-₉])")    # hypothesis-style names: h_main, h1, hx₀, hx_pos
 
 def bound_names(code:str # Lean code, comments already removed
                ) -> set[str]:
-    "The names `code` binds itself: declared theorems, binders, `have`/`obtain`/`intro`/`fun`/... names, anonymous-constructor and case patterns."
+    "The names `code` binds itself: declared names and their binders, `have`/`obtain`/`intro`/`fun`/`with`/... patterns, ∀/∃/λ binders, case names."
     out = set()
-    for rx in (_BINDER, _INTRO, _ANON, _CASE, _DECLARED):
+    for m in _HEAD.finditer(code):
+        out.add(m.group(1))
+        for b in _BINDER.finditer(m.group(2)): out |= set(re.findall(_ID, b.group(1)))
+    for rx in (_TERM_BINDER, _PATTERN, _CASE):
         for m in rx.finditer(code): out |= set(re.findall(_ID, m.group(1)))
     return out
 
