@@ -8,7 +8,7 @@ import hashlib, itertools, math, random, re
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from .core import (BadInput, atomic_write_json, check_record, normalize_ws, read_problems, read_samples, read_verdicts,
+from .core import (BadInput, StageFailed, atomic_write_json, check_record, normalize_ws, read_problems, read_samples, read_verdicts,
                         iter_jsonl, statement_key, write_records)
 from .lean_lex import code_only
 from .prompts import render_prompt
@@ -222,8 +222,9 @@ EASY_HEARTBEATS = 20000   # Lean's own deterministic budget for the bundle: it s
 
 def _lean_errors(reply) -> str|None:
     "The first error of a Lean reply (or why the reply is no answer), None when it has none."
-    if not isinstance(reply, dict) or 'messages' not in reply: return f'no Lean answer: {str(reply)[:200]}'
-    errs = [m for m in reply['messages'] if isinstance(m, dict) and m.get('severity') == 'error']
+    if not isinstance(reply, dict) or not isinstance(reply.get('messages', []), list) or 'message' in reply:
+        return f'no Lean answer: {str(reply)[:200]}'
+    errs = [m for m in reply.get('messages', []) if isinstance(m, dict) and m.get('severity') == 'error']
     return str(errs[0].get('data', ''))[:300] if errs else None
 
 def elaborate(problem:dict, # a conjecture problem record
@@ -232,22 +233,29 @@ def elaborate(problem:dict, # a conjecture problem record
               easy_timeout:float=10, # seconds the cheap tactics get
              ) -> tuple[str, str|None]:
     "(`accepted` | `not_elaborated` | `too_easy`, detail) of one conjecture."
-    from ei_nb.verify import LeanError
+    from ei_nb.verify import HeaderStall, LeanError
     stmt = problem['formal_statement'].rstrip()
-    try: err = _lean_errors(backend.run(problem['header'], re.sub(r':=\s*by$', ':= by sorry', stmt) + '\n', timeout))
-    except LeanError as e: err = f'lean: {str(e)[:200]}'
-    if err: return 'not_elaborated', err
-    try: reply = backend.run(problem['header'], f'set_option maxHeartbeats {EASY_HEARTBEATS} in\n{stmt}\n  {EASY_TACTICS}\n', easy_timeout)
-    except LeanError: return 'accepted', None                     # not closed within the deadline: not too easy
+    try:
+        try: err = _lean_errors(backend.run(problem['header'], re.sub(r':=\s*by$', ':= by sorry', stmt) + '\n', timeout))
+        except LeanError as e:
+            if isinstance(e, HeaderStall): raise
+            err = f'lean: {str(e)[:200]}'
+        if err: return 'not_elaborated', err
+        try: reply = backend.run(problem['header'], f'set_option maxHeartbeats {EASY_HEARTBEATS} in\n{stmt}\n  {EASY_TACTICS}\n', easy_timeout)
+        except LeanError as e:
+            if isinstance(e, HeaderStall): raise
+            return 'accepted', None                                # not closed within the deadline: not too easy
+    except HeaderStall as e: raise StageFailed(f'verifier: {e}') from None   # Lean itself is broken: no verdict on the conjecture
     sorry = any('sorry' in str(m.get('data', '')) for m in reply.get('messages', []) if isinstance(m, dict)) or reply.get('sorries')
     return ('too_easy', EASY_TACTICS) if _lean_errors(reply) is None and not sorry else ('accepted', None)
 
 def lemma_statements(names:list[str], header:str, backend, timeout:float=60) -> dict[str, str]:
     "Name -> statement (`theorem NAME args : type`, as Lean's `#check` prints it) of the names Lean knows."
-    from ei_nb.verify import LeanError
+    from ei_nb.verify import HeaderStall, LeanError
     if not names: return {}
     sent = ''.join(f'#check {n}\n' for n in names)
     try: reply = backend.run(header, sent, timeout)
+    except HeaderStall as e: raise StageFailed(f'verifier: {e}') from None
     except LeanError: return {}
     offsets = backend.line_offsets(header, sent) if hasattr(backend, 'line_offsets') else {0}
     at = {o + i + 1: n for o in offsets for i, n in enumerate(names)}

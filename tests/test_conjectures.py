@@ -257,3 +257,20 @@ def test_the_notebook_parameters_match_the_interface():
     assert {'problems_path', 'extra_problems_paths', 'verdicts_path', 'model_dir', 'out_dir', 'round_idx', 'prompt_style', 'protected_paths',
             'verify_backend', 'lean_project', 'workers', 'timeout', 'known_proofs', 'stage_json', 'n_prompts', 'n', 'conj_hi', 'lemma_frac',
             'elegance_quantile', 'max_new_tokens', 'temperature', 'top_p', 'seed', 'sampler', 'tensor_parallel_size', 'data_parallel_size'} <= params
+
+
+def test_lean_checks_speak_the_repl_protocol(tmp_path):
+    "`elaborate` and `lemma_statements` through the real REPL pool, talking to the fake REPL (recorded v4.9.0-rc1 reply shapes)."
+    from ei_nb.conjecture import elaborate, lemma_statements
+    from ei_nb.verify import make_verifier
+    (tmp_path/'lean-toolchain').write_text('leanprover/lean4:v4.9.0-rc1\n')
+    fake = str(Path(__file__).with_name('fake_repl.py'))
+    p = MINIF2F['mathd_algebra_182']
+    conj = {'name': 'c', 'header': p['header'], 'formal_statement': 'theorem c (y : ℂ) : 7 * (3 * y + 2) = 21 * y + 14 := by'}
+    with make_verifier('repl', project=tmp_path, timeout=5, mem_mb=256, workers=1, repl_cmd=[sys.executable, fake]) as v:
+        assert elaborate({**conj, 'formal_statement': 'theorem c (y : ℂ) : y = y -- FAKE:error\n := by'}, v.backend, 5, 5)[0] == 'not_elaborated'
+        assert elaborate({**conj, 'formal_statement': 'theorem c (y : ℂ) : y = y -- FAKE:replerror\n := by'}, v.backend, 5, 5)[0] == 'not_elaborated'
+        assert elaborate(conj, v.backend, 5, 5) == ('too_easy', EASY_TACTICS)          # the fake REPL accepts everything: the bundle "closes" it
+        slow = {**conj, 'formal_statement': 'theorem c (y : ℂ) : y = y -- FAKE:slow=3\n := by'}
+        assert elaborate(slow, v.backend, 5, 1) == ('accepted', None)                   # the bundle ran out of time: not too easy
+        assert lemma_statements(['sq_nonneg'], p['header'], v.backend, 5) == {}            # no `#check` answer: no statement
