@@ -338,20 +338,23 @@ def _known_keys(problems:list[dict], extra_paths) -> set:
         keys |= {protected_key(p['formal_statement']) for p in read_problems(path, required=False)}
     return keys
 
-def _earlier_checks(path) -> dict:
-    "(header, formal_statement) -> (status, reason) of the Lean checks in an earlier `conjecture_candidates.jsonl`."
+def _earlier_checks(path, checked_by:str) -> dict:
+    "(header, formal_statement) -> (status, reason) of the Lean checks in an earlier `conjecture_candidates.jsonl` made the same way."
     if not Path(path).exists(): return {}
     return {(c['problem']['header'], c['problem']['formal_statement']): (c['status'], c['reason'])
-            for _, c in iter_jsonl(path) if c.get('problem') and c['status'] in ('accepted', 'not_elaborated', 'too_easy')}
+            for _, c in iter_jsonl(path) if c.get('problem') and c.get('checked_by') == checked_by}
 
-def _lean_checks(cands:list[dict], backend, workers:int, timeout:float, easy_timeout:float, earlier:dict) -> None:
-    "Elaborate the accepted candidates in place (a Lean back-end; earlier answers reused)."
-    todo = [c for c in cands if c['status'] == 'accepted']
+def _lean_checks(cands:list[dict], ver, easy_timeout:float, earlier_path) -> None:
+    "Elaborate the accepted candidates in place with the open verifier's Lean back-end, reusing an earlier run's answers."
+    from ei_nb.core import sha256_json
+    checked_by = sha256_json({'lean': ver.identity, 'timeout': ver.timeout, 'easy_timeout': easy_timeout,
+                              'bundle': EASY_TACTICS, 'heartbeats': EASY_HEARTBEATS})[:16]
+    earlier, todo = _earlier_checks(earlier_path, checked_by), [c for c in cands if c['status'] == 'accepted']
     def one(c):
         key = (c['problem']['header'], c['problem']['formal_statement'])
-        return earlier[key] if key in earlier else elaborate(c['problem'], backend, timeout, easy_timeout)
-    with ThreadPoolExecutor(max(1, workers)) as ex:
-        for c, (st, why) in zip(todo, ex.map(one, todo)): c['status'], c['reason'] = st, why
+        return earlier[key] if key in earlier else elaborate(c['problem'], ver.backend, ver.timeout, easy_timeout)
+    with ThreadPoolExecutor(max(1, ver.workers)) as ex:
+        for c, (st, why) in zip(todo, ex.map(one, todo)): c |= {'status': st, 'reason': why, 'checked_by': checked_by}
 
 def _prompts(problems, verdicts, n_prompts, lemma_frac, seed, round_idx, tok, style, protected, backend, timeout, min_rate):
     "The prompt problems of the round, and the seeds they came from."
@@ -396,8 +399,7 @@ def run_conjecture(problems_path, verdicts_path, # the pool and the latest verdi
                                 settings={'model': model, 'stage': 'conjecture'}, log=log, progress=progress)
         gens = read_samples(out_dir/'conjecture_generations.jsonl', required=False)
         cands = check_candidates(gens, by_prompt, _known_keys(problems, extra_problems_paths), protected, round_idx)
-        if backend is not None:
-            _lean_checks(cands, backend, getattr(ver, 'workers', 1), lean_timeout, easy_timeout, _earlier_checks(out_dir/'conjecture_candidates.jsonl'))
+        if backend is not None: _lean_checks(cands, ver, easy_timeout, out_dir/'conjecture_candidates.jsonl')
     write_records(out_dir/'conjecture_candidates.jsonl', cands)
     cproblems = [c['problem'] for c in cands if c['status'] == 'accepted']
     write_records(out_dir/'conjecture_problems.jsonl', cproblems, 'problem')

@@ -60,8 +60,10 @@ class StandInLean:
     """Lean's replies, scripted. `#check` knows every name; elaboration fails on `undefined_thing`; the cheap bundle closes
     only `2 + 2 = 4`; a proof fails when it mentions `foo`, else passes with its axioms report (and the statement probe)."""
     identity = {'backend': 'stand-in'}
+    elaborations = 0                                   # statements sent with `sorry` (the first of the two Lean checks)
     def run(self, header, sent, timeout):
         line = lambda i, sev, data: {'severity': sev, 'pos': {'line': i, 'column': 0}, 'data': data}
+        if ':= by sorry' in sent and 'ei_reference_statement' not in sent: StandInLean.elaborations += 1
         if sent.startswith('#check'):
             return {'messages': [line(i, 'info', f'{l.split()[1]} (a : ℝ) : 0 ≤ a ^ 2') for i, l in enumerate(sent.splitlines(), 1)]}
         if 'ei_reference_statement' in sent: return {'messages': [line(sent.count('\n'), 'info', 'ei-statement-type: T')]}
@@ -274,3 +276,12 @@ def test_lean_checks_speak_the_repl_protocol(tmp_path):
         slow = {**conj, 'formal_statement': 'theorem c (y : ℂ) : y = y -- FAKE:slow=3\n := by'}
         assert elaborate(slow, v.backend, 5, 1) == ('accepted', None)                   # the bundle ran out of time: not too easy
         assert lemma_statements(['sq_nonneg'], p['header'], v.backend, 5) == {}            # no `#check` answer: no statement
+
+
+def test_a_rerun_reuses_the_lean_checks_made_the_same_way_only(tiny, tmp_path):
+    conjecture(tiny, tmp_path, tmp_path/'out')
+    first, n0 = (tmp_path/'out'/'conjecture_candidates.jsonl').read_bytes(), StandInLean.elaborations
+    conjecture(tiny, tmp_path, tmp_path/'out')
+    assert StandInLean.elaborations == n0 and (tmp_path/'out'/'conjecture_candidates.jsonl').read_bytes() == first
+    conjecture(tiny, tmp_path, tmp_path/'out', easy_timeout=7)                    # another budget: checked again
+    assert StandInLean.elaborations == n0 + 5          # the five statements past the pre-Lean checks: 3 good, the typo, the trivial one
