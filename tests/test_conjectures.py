@@ -31,7 +31,7 @@ def test_lemmas_of_published_proofs_are_never_their_own_names_or_tactics():
 
 
 def test_lemmas_of_one_real_proof():
-    "mathd_algebra_182's few-shot proof and a DeepSeek-Prover-V2 proof: what they cite, exactly where it is cited."
+    "A DeepSeek-Prover-V2 proof and a Goedel lean-workbook proof: what they cite, each name where the proof writes it."
     code = next(r['full_code'] for r in SOLUTIONS if r['name'] == 'aime_1983_p1')
     got = proof_lemmas(code)
     for name in got: assert re.search(rf'(?<![\w.]){re.escape(name)}', code_only(code)), name
