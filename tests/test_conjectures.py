@@ -1,0 +1,287 @@
+"""The 00b_conjecture stage: lemma extraction on real published proofs, the STP prompt, the checks that keep a copy of
+the seed, a protected problem or a cheat out of the pool, record round-trips, and resume after SIGKILL while proving.
+Lean is a scripted stand-in (its replies in the REPL's shape); the conjecturer and prover are scripted samplers."""
+import json, re, sys
+from pathlib import Path
+import pytest
+
+from ei_nb.core import read_problems, read_records, shared_data, statement_key, write_records
+from ei_nb.conjecture import (EASY_TACTICS, HARD_END, HARD_MARK, LEMMA_MARK, EASY_MARK, add_conjecture_rows, bound_names, choose_pairs,
+                              conjecture_counts, proof_lemmas, seed_proofs, uses_lemma)
+from ei_nb.lean_lex import code_only
+from ei_nb.sample import SAMPLERS, TransformersSampler
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = [json.loads(l) for l in open(shared_data('deepseek_prover_v2_minif2f_solutions.jsonl'), encoding='utf-8')]
+WORKBOOK = [json.loads(l) for l in open(shared_data('lean_workbook_goedel_proofs_kimina_verdicts.jsonl'), encoding='utf-8')]
+MINIF2F = {r['name']: r for r in map(json.loads, open(shared_data('minif2f_dsp15.jsonl'), encoding='utf-8'))}
+
+
+# ---------------------------------------------------------------- lemma extraction on real proofs
+def test_lemmas_of_published_proofs_are_never_their_own_names_or_tactics():
+    "Over 438 DeepSeek-Prover-V2 files and 102 Goedel lean-workbook files: no extracted name is bound by the proof itself."
+    tactics = {'norm_num', 'nlinarith', 'linarith', 'field_simp', 'ring_nf', 'simp_all', 'norm_cast', 'push_cast', 'by_contra',
+               'exact_mod_cast', 'interval_cases', 'split_ifs', 'nth_rewrite', 'simp_rw', 'subst_vars', 'native_decide', 'positivity'}
+    n_lemmas = 0
+    for code in [r['full_code'] for r in SOLUTIONS] + [r['code'] for r in WORKBOOK]:
+        names, local = proof_lemmas(code), bound_names(code_only(code))
+        n_lemmas += len(names)
+        assert not [n for n in names if n in local or n in tactics or re.match(r'h[A-Za-z]?(?:_|\d|[₀-₉])', n) or '_' not in n.split('.')[-1]], (names, code[:300])
+    assert n_lemmas > 2000                      # real proofs cite lemmas: thousands across the files
+
+
+def test_lemmas_of_one_real_proof():
+    "A DeepSeek-Prover-V2 proof and a Goedel lean-workbook proof: what they cite, each name where the proof writes it."
+    code = next(r['full_code'] for r in SOLUTIONS if r['name'] == 'aime_1983_p1')
+    got = proof_lemmas(code)
+    for name in got: assert re.search(rf'(?<![\w.]){re.escape(name)}', code_only(code)), name
+    assert {'Real.log_pos', 'Real.log_mul'} <= set(got) and 'Real.log' not in got and 'aime_1983_p1' not in got
+    wb = next(r for r in WORKBOOK if 'sq_nonneg' in r['code'] and r['verdict'] == 'valid')
+    assert 'sq_nonneg' in proof_lemmas(wb['code'])
+    assert uses_lemma(wb['code'], 'sq_nonneg') and not uses_lemma(wb['code'], 'Nat.succ_le_iff')
+
+
+def test_pairs_respect_the_lemma_cap_and_the_pair_rule():
+    from ei_nb.demo import workbook_problems
+    wb = [(p, s) for p, s, v in workbook_problems() if v == 'valid']
+    seeds = seed_proofs([p for p, _ in wb], [{'name': p['name'], 'sample_idx': 0, 'verdict': 'pass', 'proof': p['header'] + p['formal_statement'] + s}
+                                             for p, s in wb])
+    for n in (10, 40, 200):
+        pairs = choose_pairs(seeds, n, 0.1, seed=3)
+        counts = {}
+        for _, l in pairs: counts[l] = counts.get(l, 0) + 1
+        assert max(counts.values()) <= max(1, -(-n // 10)) and len(pairs) <= n
+        assert len({(statement_key(s['problem']['formal_statement']), l) for s, l in pairs}) == len(pairs)
+        assert all(l in s['lemmas'] for s, l in pairs)
+
+
+# ---------------------------------------------------------------- the stage, with a stand-in Lean and scripted samplers
+class StandInLean:
+    """Lean's replies, scripted. `#check` knows every name; elaboration fails on `undefined_thing`; the cheap bundle closes
+    only `2 + 2 = 4`; a proof fails when it mentions `foo`, else passes with its axioms report (and the statement probe)."""
+    identity = {'backend': 'stand-in'}
+    elaborations = 0                                   # statements sent with `sorry` (the first of the two Lean checks)
+    def run(self, header, sent, timeout):
+        line = lambda i, sev, data: {'severity': sev, 'pos': {'line': i, 'column': 0}, 'data': data}
+        if ':= by sorry' in sent and 'ei_reference_statement' not in sent: StandInLean.elaborations += 1
+        if sent.startswith('#check'):
+            return {'messages': [line(i, 'info', f'{l.split()[1]} (a : ℝ) : 0 ≤ a ^ 2') for i, l in enumerate(sent.splitlines(), 1)]}
+        if 'ei_reference_statement' in sent: return {'messages': [line(sent.count('\n'), 'info', 'ei-statement-type: T')]}
+        if 'undefined_thing' in sent or 'foo' in sent: return {'messages': [line(2, 'error', "unknown identifier")]}
+        if EASY_TACTICS in sent:
+            return {'messages': [] if '2 + 2 = 4' in sent else [line(2, 'error', 'unsolved goals')]}
+        if '#print axioms' not in sent:
+            return {'messages': [line(1, 'warning', "declaration uses 'sorry'")]}
+        at = sent.rindex('#print axioms'); n = sent[:at].count('\n') + 1
+        return {'messages': [line(n, 'info', f"'{sent[at:].split()[2]}' depends on axioms: [propext]"), line(n + 1, 'info', 'ei-statement-type: T')]}
+    def close(self): pass
+
+def stand_in(settings): return StandInLean()
+
+PROTECTED = MINIF2F['mathd_algebra_182']
+
+def conjectures_for(prompt:str) -> list[str]:
+    "What the scripted conjecturer writes after `theorem` for a prompt: good ones, the seed again, a protected problem, a cheat, ..."
+    seed = prompt.split(EASY_MARK + '\n', 1)[1].split(':=', 1)[0]
+    return [' good_one (a b : ℝ) (h : 0 < a) : 0 ≤ (a - b) ^ 2 + a\n' + HARD_END,
+            ' ' + seed.split(None, 2)[2].replace(' ', '  ') + '\n' + HARD_END,                       # the seed, reformatted
+            ' ' + PROTECTED['formal_statement'].split(None, 2)[2] + '\n' + HARD_END,                 # a protected problem
+            ' sneaky (a : ℝ) (h : sorryAx Prop) : 0 ≤ a ^ 2\n' + HARD_END,                           # a cheat in the statement
+            ' good_two (x y : ℝ) : 0 ≤ (x + y) ^ 2 + (x - y) ^ 2 := by\n  nlinarith\n' + HARD_END,
+            ' typo (x : ℝ) : undefined_thing x = 1\n' + HARD_END,                                    # does not elaborate
+            ' trivial_one : 2 + 2 = 4\n' + HARD_END,                                                 # closed by norm_num
+            ' good_three (c : ℝ) : 0 ≤ c ^ 2 + c ^ 4\n' + HARD_END,
+            ' rambling (c : ℝ) : 0 ≤ c', ]                                                            # cut off by the cap
+
+class Scripted(TransformersSampler):
+    "The tiny model's tokenizer; scripted conjectures, and proofs of which the first of each conjecture passes and uses sq_nonneg."
+    name = 'scripted'
+    def generate(self, prompts, params, seeds):
+        out = []
+        for p in prompts:
+            if p.endswith(HARD_MARK + '\ntheorem'):
+                texts = conjectures_for(p)
+                out.append([{'completion': texts[i % len(texts)], 'n_tokens': 12, 'capped': i % len(texts) == len(texts) - 1} for i in range(params.n)])
+            else:
+                answers = ['  nlinarith [sq_nonneg (a - b), sq_nonneg c]'] + ['  linarith [foo]'] * (params.n - 1)
+                out.append([{'completion': a, 'n_tokens': 9, 'capped': False} for a in answers])
+        return out
+
+class SlowScripted(Scripted):
+    def generate(self, prompts, params, seeds):
+        import time
+        if not prompts[0].endswith(HARD_MARK + '\ntheorem'): time.sleep(1.5)    # slow only while proving
+        return super().generate(prompts, params, seeds)
+
+
+@pytest.fixture(scope='module')
+def tiny(tmp_path_factory):
+    from ei_nb.tiny import build_tiny_model
+    return build_tiny_model(tmp_path_factory.mktemp('m')/'tiny')
+
+
+def pool_files(d:Path):
+    "A pool of one lean-workbook problem whose verified proof uses sq_nonneg (and other lemmas), its pass verdict, a protected file."
+    from ei_nb.demo import workbook_problems
+    p, s = next((p, s) for p, s, v in workbook_problems() if v == 'valid' and proof_lemmas(p['formal_statement'] + s)[:1] == ['sq_nonneg'])
+    d.mkdir(parents=True, exist_ok=True)
+    write_records(d/'pool.jsonl', [p], 'problem')
+    write_records(d/'verdicts.jsonl', [{'name': p['name'], 'sample_idx': 0, 'verdict': 'pass', 'reason': None, 'proof': p['header'] + p['formal_statement'] + s}], 'verdict')
+    write_records(d/'protected.jsonl', [{'name': PROTECTED['name'], 'formal_statement': PROTECTED['formal_statement']}])
+    return p
+
+
+def conjecture(tiny, d:Path, out:Path, sampler=Scripted, backend='tests.test_conjectures:stand_in', **kw):
+    from ei_nb.conjecture import run_conjecture
+    from ei_nb.sample import verifier_of
+    from ei_nb.sft import read_protected
+    SAMPLERS['scripted'] = sampler
+    pool_files(d)
+    return run_conjecture(d/'pool.jsonl', d/'verdicts.jsonl', tiny, out, kw.pop('round_idx', 1), kw.pop('extra', ()),
+                          n_prompts=kw.pop('n_prompts', 1), conj_per_prompt=kw.pop('conj_per_prompt', 9), n=4, max_new_tokens=12,
+                          conj_max_new_tokens=24, prompt_style='completion', sampler='scripted',
+                          verifier=verifier_of(backend, workers=2, timeout=5), protected=read_protected(d/'protected.jsonl'),
+                          log=lambda *a: None, progress=False, **kw)
+
+
+def test_only_new_faithful_provable_conjectures_enter_the_pool(tiny, tmp_path):
+    res = conjecture(tiny, tmp_path, tmp_path/'r1')
+    cands = [json.loads(l) for l in open(tmp_path/'r1'/'conjecture_candidates.jsonl')]
+    assert [c['status'] for c in cands] == ['accepted', 'seed', 'protected', 'rule', 'accepted', 'not_elaborated', 'too_easy', 'accepted', 'unparsed']
+    assert cands[3]['reason'].startswith('sorry:')
+    assert (res['generated'], res['parsed'], res['elaborated'], res['to_prove']) == (9, 8, 4, 3)
+    kept = read_problems(tmp_path/'r1'/'conjectures.jsonl')
+    # pass rate 1/4 with sq_nonneg used: all three proved; the elegance quantile (one lemma, 3 conjectures) drops none below the 20% point
+    assert res['proved'] == 3 and res['kept'] == len(kept) == 3
+    pool = read_problems(tmp_path/'pool.jsonl')
+    banned = {statement_key(pool[0]['formal_statement']), statement_key(PROTECTED['formal_statement'])}
+    for k in kept:
+        assert k['source'] == 'conjecture' and k['lemma'] == 'sq_nonneg' and k['seed'] == pool[0]['name'] and k['round'] == 1
+        assert re.fullmatch(r'conj_r01_[0-9a-f]{10}', k['name']) and k['formal_statement'].startswith(f"theorem {k['name']} ")
+        assert statement_key(k['formal_statement']) not in banned and 'sorry' not in k['formal_statement']
+    assert conjecture_counts(tmp_path/'r1') == {'generated': 9, 'parsed': 8, 'elaborated': 4, 'proved': 3, 'kept': 3, 'rows': 3}
+
+
+def test_records_round_trip_and_rows_are_sft_rows(tiny, tmp_path):
+    from ei_nb.sft import read_sft_rows
+    conjecture(tiny, tmp_path, tmp_path/'r1')
+    out = tmp_path/'r1'
+    kept = read_problems(out/'conjectures.jsonl')
+    write_records(tmp_path/'again.jsonl', kept, 'problem')
+    assert read_problems(tmp_path/'again.jsonl') == kept                                    # problem records, extra fields kept
+    prompts = {p['name']: p for p in read_problems(out/'conjecture_prompts.jsonl')}
+    rows = read_sft_rows(out/'conjecture_rows.jsonl')
+    assert len(rows) == len(kept) and {r['name'] for r in rows} == {k['name'] for k in kept}
+    for r in rows:
+        assert r['kind'] == 'conjecture' and r['prompt'] == prompts[r['conjecture']['prompt']]['turn_prompt']
+        assert r['prompt'].endswith('<hard theorem>\ntheorem') and r['completion'].endswith('\n' + HARD_END) and r['eos']
+        assert LEMMA_MARK in r['prompt'] and 'sq_nonneg' in r['prompt'].split(LEMMA_MARK)[1].split(EASY_MARK)[0]
+        # the statement written is the kept conjecture (under the model's own name; the key is name-free)
+        kept_stmt = next(k for k in kept if k['name'] == r['name'])['formal_statement']
+        assert statement_key('theorem' + r['completion'].removesuffix('\n' + HARD_END)) == statement_key(kept_stmt)
+    both, counts = add_conjecture_rows([{'name': 'r', 'n_tokens': 1}] * 27, rows, 0.1)
+    assert counts == {'conjecture_rows': 3, 'conjecture_rows_over_frac': 0} and len(both) == 30
+
+
+def test_a_later_round_never_conjectures_an_earlier_conjecture_again(tiny, tmp_path):
+    conjecture(tiny, tmp_path, tmp_path/'r1')
+    res = conjecture(tiny, tmp_path, tmp_path/'r2', round_idx=2, extra=[tmp_path/'r1'/'conjectures.jsonl'])
+    cands = [json.loads(l) for l in open(tmp_path/'r2'/'conjecture_candidates.jsonl')]
+    assert [c['status'] for c in cands if c['status'] in ('pool', 'accepted')] == ['pool'] * 3 and res['kept'] == 0
+
+
+def test_without_lean_nothing_is_elaborated_or_kept(tiny, tmp_path):
+    "The demo's `known` back-end: the stage runs, counts what it could, and keeps nothing (no new statement can be verified)."
+    from ei_nb.demo import known_good_proofs
+    write_records(tmp_path/'known.jsonl', known_good_proofs())
+    from ei_nb.conjecture import run_conjecture
+    from ei_nb.sample import verifier_of
+    from ei_nb.sft import read_protected
+    SAMPLERS['scripted'] = Scripted
+    pool_files(tmp_path)
+    res = run_conjecture(tmp_path/'pool.jsonl', tmp_path/'verdicts.jsonl', tiny, tmp_path/'out', 1, n_prompts=1, conj_per_prompt=9, n=4,
+                         max_new_tokens=12, conj_max_new_tokens=24, prompt_style='completion', sampler='scripted',
+                         verifier=verifier_of('known', known_proofs=tmp_path/'known.jsonl'), protected=read_protected(tmp_path/'protected.jsonl'),
+                         log=lambda *a: None, progress=False)
+    assert res['elaborated'] is None and res['lean'] is False and res['kept'] == 0 and res['rows'] == 0
+    assert res['to_prove'] == 5 and res['verdict_counts'] == {'unchecked': 4 * 5}     # the 3 good + typo + trivial: Lean would sort them
+    assert (tmp_path/'out'/'conjectures.jsonl').read_text() == ''
+
+
+def test_no_seed_no_prompt_and_no_failure(tiny, tmp_path):
+    "A pool whose verdicts have no pass: nothing to conjecture from; the stage still writes every file (and raises no data stop)."
+    pool_files(tmp_path)
+    write_records(tmp_path/'verdicts.jsonl', [{'name': read_problems(tmp_path/'pool.jsonl')[0]['name'], 'sample_idx': 0, 'verdict': 'fail',
+                                              'reason': 'lean error: x', 'proof': 'x'}], 'verdict')
+    from ei_nb.conjecture import run_conjecture
+    SAMPLERS['scripted'] = Scripted
+    res = run_conjecture(tmp_path/'pool.jsonl', tmp_path/'verdicts.jsonl', tiny, tmp_path/'out', 1, n_prompts=4, prompt_style='completion',
+                         sampler='scripted', log=lambda *a: None, progress=False)
+    assert (res['seeds'], res['prompts'], res['generated'], res['kept']) == (0, 0, 0, 0)
+    for f in ('conjecture_prompts', 'conjecture_candidates', 'conjecture_problems', 'conjecture_samples', 'conjecture_verdicts', 'conjectures', 'conjecture_rows'):
+        assert (tmp_path/'out'/f'{f}.jsonl').exists(), f
+    res = run_conjecture(tmp_path/'pool.jsonl', '', tiny, tmp_path/'out2', 1, n_prompts=4, prompt_style='completion',     # round 1: no verdicts yet
+                         sampler='scripted', log=lambda *a: None, progress=False)
+    assert (res['seeds'], res['prompts'], res['kept']) == (0, 0, 0) and (tmp_path/'out2'/'conjectures.jsonl').read_text() == ''
+
+
+def test_sigkill_while_proving_then_rerun_gives_identical_files(tiny, tmp_path):
+    "Killed while proving the second of three conjectures (one per chunk); the rerun resumes to the files of an uninterrupted run."
+    import signal, subprocess, time
+    from ei_nb.core import iter_jsonl
+    kw = dict(chunk_problems=1)
+    conjecture(tiny, tmp_path/'a', tmp_path/'a'/'out', **kw)
+    child = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; "
+             f"import tests.test_conjectures as T; T.conjecture(Path({str(tiny)!r}), Path({str(tmp_path/'b')!r}), "
+             f"Path({str(tmp_path/'b'/'out')!r}), sampler=T.SlowScripted, **{kw!r})")
+    proc = subprocess.Popen([sys.executable, '-c', child], stderr=subprocess.PIPE, text=True)
+    got, t0 = tmp_path/'b'/'out'/'conjecture_samples.jsonl', time.time()
+    while not (got.exists() and got.read_text().count('\n') >= 4):           # one conjecture's 4 proofs written
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        assert time.time() - t0 < 120; time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL); proc.wait()
+    assert not (tmp_path/'b'/'out'/'conjecture.json').exists() and got.read_text().count('\n') < 12     # killed inside the stage
+    conjecture(tiny, tmp_path/'b', tmp_path/'b'/'out', **kw)
+    files = ('conjecture_prompts.jsonl', 'conjecture_generations.jsonl', 'conjecture_candidates.jsonl', 'conjecture_problems.jsonl',
+             'conjecture_samples.jsonl', 'conjecture_verdicts.jsonl', 'conjectures.jsonl', 'conjecture_rows.jsonl')
+    for f in files:
+        rows = lambda d: [{k: v for k, v in r.items() if k != 'verify_s'} for _, r in iter_jsonl(tmp_path/d/'out'/f)]
+        assert rows('a') == rows('b'), f
+    a, b = (json.loads((tmp_path/d/'out'/'conjecture.json').read_text()) for d in 'ab')
+    same = lambda r: {k: v for k, v in r.items() if k not in ('timings', 'n_generated')}
+    assert same(a) == same(b) and b['n_generated'] < a['n_generated']
+
+
+def test_the_notebook_parameters_match_the_interface():
+    "The parameter names the driver injects (01c's verifier keys and the stage's own) are all in the parameters cell."
+    import papermill as pm
+    params = set(pm.inspect_notebook(str(ROOT/'nbs'/'00b_conjecture.ipynb')))
+    assert {'problems_path', 'extra_problems_paths', 'verdicts_path', 'model_dir', 'out_dir', 'round_idx', 'prompt_style', 'protected_paths',
+            'verify_backend', 'lean_project', 'workers', 'timeout', 'known_proofs', 'stage_json', 'n_prompts', 'n', 'conj_hi', 'lemma_frac',
+            'elegance_quantile', 'max_new_tokens', 'temperature', 'top_p', 'seed', 'sampler', 'tensor_parallel_size', 'data_parallel_size'} <= params
+
+
+def test_lean_checks_speak_the_repl_protocol(tmp_path):
+    "`elaborate` and `lemma_statements` through the real REPL pool, talking to the fake REPL (recorded v4.9.0-rc1 reply shapes)."
+    from ei_nb.conjecture import elaborate, lemma_statements
+    from ei_nb.verify import make_verifier
+    (tmp_path/'lean-toolchain').write_text('leanprover/lean4:v4.9.0-rc1\n')
+    fake = str(Path(__file__).with_name('fake_repl.py'))
+    p = MINIF2F['mathd_algebra_182']
+    conj = {'name': 'c', 'header': p['header'], 'formal_statement': 'theorem c (y : ℂ) : 7 * (3 * y + 2) = 21 * y + 14 := by'}
+    with make_verifier('repl', project=tmp_path, timeout=5, mem_mb=256, workers=1, repl_cmd=[sys.executable, fake]) as v:
+        assert elaborate({**conj, 'formal_statement': 'theorem c (y : ℂ) : y = y -- FAKE:error\n := by'}, v.backend, 5, 5)[0] == 'not_elaborated'
+        assert elaborate({**conj, 'formal_statement': 'theorem c (y : ℂ) : y = y -- FAKE:replerror\n := by'}, v.backend, 5, 5)[0] == 'not_elaborated'
+        assert elaborate(conj, v.backend, 5, 5) == ('too_easy', EASY_TACTICS)          # the fake REPL accepts everything: the bundle "closes" it
+        slow = {**conj, 'formal_statement': 'theorem c (y : ℂ) : y = y -- FAKE:slow=3\n := by'}
+        assert elaborate(slow, v.backend, 5, 1) == ('accepted', None)                   # the bundle ran out of time: not too easy
+        assert lemma_statements(['sq_nonneg'], p['header'], v.backend, 5) == {}            # no `#check` answer: no statement
+
+
+def test_a_rerun_reuses_the_lean_checks_made_the_same_way_only(tiny, tmp_path):
+    conjecture(tiny, tmp_path, tmp_path/'out')
+    first, n0 = (tmp_path/'out'/'conjecture_candidates.jsonl').read_bytes(), StandInLean.elaborations
+    conjecture(tiny, tmp_path, tmp_path/'out')
+    assert StandInLean.elaborations == n0 and (tmp_path/'out'/'conjecture_candidates.jsonl').read_bytes() == first
+    conjecture(tiny, tmp_path, tmp_path/'out', easy_timeout=7)                    # another budget: checked again
+    assert StandInLean.elaborations == n0 + 5          # the five statements past the pre-Lean checks: 3 good, the typo, the trivial one
