@@ -103,7 +103,8 @@ DRIVER_KEYS = {
 }
 STAGE_DRIVER_KEYS = {'03_average': {'anchor': ('original', 'original (the base model) or previous (the round input)')},
                      '07_sharpen': {'enabled': (False, 'run the uplift diagnostic after 03_average in every round')},
-                     '01c_correct': {'enabled': (False, 'run the self-correction stage (nbs/01c_correct.ipynb) after 01 in every round')}}
+                     '01c_correct': {'enabled': (False, 'run the self-correction stage (nbs/01c_correct.ipynb) after 01 in every round')},
+                     '00b_conjecture': {'enabled': (False, 'run the conjecture stage (nbs/00b_conjecture.ipynb) first in every round')}}
 _STAGE_OF = {v: k for k, v in SECTIONS.items()}
 
 def _type_ok(value, default) -> bool:

@@ -43,7 +43,8 @@ def stage_work(stage:str, cfg:dict, P:int, N:int, rnd:int=1) -> float:
     st, e = cfg['stages'], cfg['eta']
     if stage == '01_sample_verify': return P * st['01_sample_verify']['n']
     if stage == '01c_correct': return P * st['01c_correct']['max_per_problem'] * st['01c_correct']['n']   # at most: every problem has failures
-    if stage == '00b_conjecture': return st['00b_conjecture']['n_prompts'] * (1 + st['00b_conjecture']['n'])   # at most: every conjecture is proved n times
+    if stage == '00b_conjecture':   # at most: every conjecture survives its checks and is proved n times
+        c = st['00b_conjecture']; return c['n_prompts'] * c['conj_per_prompt'] * (1 + c['n'])
     if stage == '04_eval': return N * st['04_eval']['n']
     if stage == '02_sft': return training_work(st['02_sft'], P, e)
     if stage == '03_average': return e['model_bytes']

@@ -20,7 +20,7 @@ FINAL = 10**6  # the round number of the final report
 OUTPUTS = {
     'demo': ['demo'],
     'inputs': ['inputs'],
-    '00b_conjecture': ['conjecture_prompts.jsonl', 'conjecture_candidates.jsonl', 'conjecture_problems.jsonl', 'conjecture_samples.jsonl',
+    '00b_conjecture': ['conjecture_prompts.jsonl', 'conjecture_generations.jsonl', 'conjecture_generations.jsonl.settings.json', 'conjecture_candidates.jsonl', 'conjecture_problems.jsonl', 'conjecture_samples.jsonl',
                        'conjecture_samples.jsonl.settings.json', 'conjecture_verdicts.jsonl', 'conjectures.jsonl', 'conjecture_rows.jsonl',
                        'conjecture.json'],
     '00_select': ['measurement.jsonl', 'selected.jsonl', 'select.json'],

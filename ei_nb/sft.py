@@ -695,5 +695,6 @@ def check_rows_not_protected(rows:list[dict], # the SFT rows
     keys = {statement_key(q['formal_statement']) for q in protected if q.get('formal_statement')}
     stmts = {q['name']: statement_key(q['formal_statement']) for q in problems}
     for i, row in enumerate(rows):
-        if row['name'] in names or stmts.get(row['name']) in keys:
+        own = row.get('formal_statement')   # a conjecturer row carries the statement it teaches
+        if row['name'] in names or stmts.get(row['name']) in keys or (own and statement_key(own) in keys):
             raise StageFailed(f"SFT row {i} is protected problem {row['name']!r}: refusing to train")

@@ -285,3 +285,38 @@ def test_a_rerun_reuses_the_lean_checks_made_the_same_way_only(tiny, tmp_path):
     assert StandInLean.elaborations == n0 and (tmp_path/'out'/'conjecture_candidates.jsonl').read_bytes() == first
     conjecture(tiny, tmp_path, tmp_path/'out', easy_timeout=7)                    # another budget: checked again
     assert StandInLean.elaborations == n0 + 5          # the five statements past the pre-Lean checks: 3 good, the typo, the trivial one
+
+
+def test_the_stage_is_planned_first_and_wired_only_when_enabled(tmp_path):
+    """demo_conjectures.toml runs 00b first in every round: its verdicts are merged into 00's measurement, its kept
+    conjectures join 00's pool (this round's and every earlier round's), its rows reach 02; demo.toml has none of it."""
+    from ei_nb.driver import Run, load_config, plan
+    cfgs = Path(__file__).resolve().parents[1]/'configs'
+    for name, on in (('demo_conjectures.toml', True), ('demo.toml', False)):
+        run = Run(load_config(cfgs/name), tmp_path/name)
+        R = lambda r: tmp_path/name/f'round_{r:02d}'
+        steps = [(s['round'], s['stage']) for s in plan(run)]
+        for r in (1, 2):
+            assert ((r, '00b_conjecture') in steps) == on, steps
+            if on: assert steps.index((r, '00b_conjecture')) + 1 == steps.index((r, '00_select'))
+        sel = run.params(2, '00_select')
+        assert sel['extra_pool_paths'] == ([str(R(1)/'conjectures.jsonl'), str(R(2)/'conjectures.jsonl')] if on else [])
+        assert sel['newer_results_paths'] == [str(R(1)/'verdicts.jsonl')] + ([str(R(2)/'conjecture_verdicts.jsonl')] if on else [])
+        assert run.params(2, '02_sft')['conjecture_rows_path'] == (str(R(2)/'conjecture_rows.jsonl') if on else '')
+        if on:
+            c2 = run.params(2, '00b_conjecture')
+            assert c2['verdicts_path'] == str(R(1)/'verdicts.jsonl')            # seeds: the freshest verified proofs
+            assert c2['extra_problems_paths'] == [str(R(1)/'conjectures.jsonl')]
+            assert run.params(1, '00b_conjecture')['extra_problems_paths'] == []
+
+
+def test_the_dry_run_counts_the_stage(tmp_path):
+    "`ei run --dry-run` lists 00b in every round with an ETA from the compute model (n_prompts x conj_per_prompt x (1 + n) samples at most)."
+    import subprocess
+    cfg = Path(__file__).resolve().parents[1]/'configs'/'demo_conjectures.toml'
+    entry = 'import sys; from ei_nb.cli import _entry; sys.argv[0] = "ei"; _entry()'
+    p = subprocess.run([sys.executable, '-c', entry, 'run', '--config', str(cfg), '--run-dir', str(tmp_path/'run'), '--dry-run'],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = [l.split() for l in (p.stdout + p.stderr).splitlines() if l.split()[2:3] == ['00b_conjecture']]
+    assert [l[1] for l in lines] == ['1', '2'] and all('ETA' in l and l[l.index('ETA') + 1] != '0:00:00' for l in lines), lines
