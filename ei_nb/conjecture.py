@@ -4,15 +4,15 @@
 
 # %% ../nbs/00b_conjecture.ipynb #7ecb8772
 from __future__ import annotations
-import hashlib, itertools, math, random, re
+import hashlib, itertools, random, re
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from .core import (BadInput, StageFailed, atomic_write_json, check_record, normalize_ws, read_problems, read_samples, read_verdicts,
+from .core import (SFT_MAX_TOKENS, BadInput, StageFailed, atomic_write_json, check_record, normalize_ws, read_problems, read_samples, read_verdicts,
                         iter_jsonl, statement_key, write_records)
 from .lean_lex import code_only
 from .prompts import render_prompt
-from .sft import encode, is_protected, join_passes, load_tokenizer, protected_index, protected_key
+from .sft import add_capped_rows, encode, is_protected, join_passes, load_tokenizer, protected_index, protected_key
 
 # %% auto #0
 __all__ = ['LEMMA_TACTICS', 'LEMMA_MARK', 'EASY_MARK', 'HARD_MARK', 'HARD_END', 'CONJECTURE_ASK', 'STATUSES', 'EASY_TACTICS',
@@ -305,7 +305,7 @@ def select_conjectures(cproblems:list[dict], samples:list[dict], verdicts:list[d
 def conjecture_rows(kept:list[dict], # kept conjectures (`select_conjectures`), with `prompt`, `sample_idx`, `statement`
                     prompts:dict, # prompt name -> prompt problem
                     tokenizer, round_idx:int,
-                    max_tokens:int=18432, # rows longer than this are dropped
+                    max_tokens:int=SFT_MAX_TOKENS, # rows longer than this are dropped
                    ) -> list[dict]:
     "SFT rows (`kind='conjecture'`): the conjecturer's prompt -> the kept statement and `</hard theorem>`."
     tok, rows = load_tokenizer(tokenizer), []
@@ -325,10 +325,7 @@ def add_conjecture_rows(rows:list[dict], # the round's ordinary SFT rows
                         max_frac:float=0.1, # conjecturer rows at most this fraction of all rows
                        ) -> tuple[list[dict], dict]:
     "The rows with conjecturer rows appended (shortest first, up to `max_frac` of the total), and counts."
-    if not 0 <= max_frac < 1: raise BadInput(f'max_conjecture_frac must be in [0, 1), got {max_frac}')
-    room = math.floor(max_frac * len(rows) / (1 - max_frac) + 1e-9)
-    chosen = sorted(conjecture_rows, key=lambda r: (r['n_tokens'], r['name'], r['sample_idx']))[:room]
-    return rows + chosen, {'conjecture_rows': len(chosen), 'conjecture_rows_over_frac': len(conjecture_rows) - len(chosen)}
+    return add_capped_rows(rows, conjecture_rows, max_frac, 'conjecture')
 
 # %% ../nbs/00b_conjecture.ipynb #e5a29262
 def _known_keys(problems:list[dict], extra_paths) -> set:
@@ -376,7 +373,7 @@ def run_conjecture(problems_path, verdicts_path, # the pool and the latest verdi
                    elegance_quantile:float=0.2, conj_max_new_tokens:int=512, max_new_tokens:int=16384,
                    temperature:float=1.0, top_p:float=0.95, seed:int=0,
                    sampler:str='transformers', sampler_options:dict|None=None, verifier=None, # `VerifierSettings` (None: no Lean, proofs `unchecked`)
-                   prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5, max_tokens:int=18432,
+                   prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5, max_tokens:int=SFT_MAX_TOKENS,
                    easy_timeout:float=10, seed_min_rate:float=0.0, protected=(), log=print, progress:bool|None=None) -> dict:
     "Conjecture, check, prove and keep into `out_dir`; what `conjecture.json` holds."
     from ei_nb.sample import SampleParams

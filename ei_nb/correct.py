@@ -4,13 +4,12 @@
 
 # %% ../nbs/01c_correct.ipynb #e74dd7fa
 from __future__ import annotations
-import math
 from collections import Counter
 from pathlib import Path
-from .core import BadInput, atomic_write_json, read_problems, read_samples, read_verdicts, write_records
+from .core import SFT_MAX_TOKENS, BadInput, atomic_write_json, read_problems, read_samples, read_verdicts, write_records
 from .prompts import correction_messages, error_feedback, render_prompt, statement_open
 from .dpo import LEAN_ERROR, is_lean_failure
-from .sft import is_protected, join_passes, load_tokenizer, measure_passes, protected_index, select_proofs, sft_row
+from .sft import add_capped_rows, is_protected, join_passes, load_tokenizer, measure_passes, protected_index, select_proofs, sft_row
 
 # %% auto #0
 __all__ = ['is_fixable', 'correction_candidates', 'correction_prompt', 'correction_problem', 'correction_rows', 'add_corrections',
@@ -62,7 +61,7 @@ def correction_problem(problem:dict, sample:dict, verdict:dict, tokenizer=None, 
 def correction_rows(cproblems:list[dict], samples:list[dict], verdicts:list[dict], # the correction problems and their records
                     tokenizer, round_idx:int,
                     max_per_failure:int=1, # verified corrections kept per failure
-                    max_tokens:int=18432, # rows longer than this are dropped
+                    max_tokens:int=SFT_MAX_TOKENS, # rows longer than this are dropped
                     protected=()) -> tuple[list[dict], Counter]:
     "SFT rows (`kind='correction'`) of the verified corrections, by the keep rules, and counts."
     tok, index, st = load_tokenizer(tokenizer), protected_index(protected), Counter()
@@ -85,10 +84,7 @@ def add_corrections(rows:list[dict], # the round's ordinary SFT rows
                     max_frac:float=0.25, # corrections at most this fraction of all rows
                    ) -> tuple[list[dict], dict]:
     "The rows with corrections appended (shortest first, up to `max_frac` of the total), and counts."
-    if not 0 <= max_frac < 1: raise BadInput(f'max_correction_frac must be in [0, 1), got {max_frac}')
-    room = math.floor(max_frac * len(rows) / (1 - max_frac) + 1e-9)
-    chosen = sorted(corrections, key=lambda r: (r['n_tokens'], r['name'], r['sample_idx']))[:room]
-    return rows + chosen, {'correction_rows': len(chosen), 'correction_rows_over_frac': len(corrections) - len(chosen)}
+    return add_capped_rows(rows, corrections, max_frac, 'correction')
 
 # %% ../nbs/01c_correct.ipynb #42dbf79c
 def run_correct(problems_path, samples_path, verdicts_path, # the round's problems and its 01 records
@@ -96,7 +92,7 @@ def run_correct(problems_path, samples_path, verdicts_path, # the round's proble
                 n:int=1, max_per_problem:int=2, max_per_failure:int=1, prefixes=(LEAN_ERROR,),
                 max_new_tokens:int=16384, temperature:float=1.0, top_p:float=0.95, seed:int=0,
                 sampler:str='transformers', sampler_options:dict|None=None, verifier=None, # `VerifierSettings` (None: no verifier)
-                prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5, max_tokens:int=18432,
+                prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5, max_tokens:int=SFT_MAX_TOKENS,
                 protected=(), log=print, progress:bool|None=None) -> dict:
     "Correct the round's Lean failures into `out_dir`; what `correct.json` holds."
     from ei_nb.sample import SampleParams

@@ -236,7 +236,7 @@ def training_table(run:dict) -> 'pd.DataFrame':
                      'correction_tokens': corr.get('tokens')})
     return pd.DataFrame(rows).set_index('round') if rows else pd.DataFrame()
 
-# %% ../nbs/06_report.ipynb #2f134090
+# %% ../nbs/06_report.ipynb #a7e2ab4f
 CONJECTURE_COUNTS = ('generated', 'parsed', 'elaborated', 'proved', 'kept')
 
 def conjecture_table(run:dict) -> 'pd.DataFrame':

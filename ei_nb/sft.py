@@ -16,8 +16,8 @@ from .prompts import render_prompt
 # %% auto #0
 __all__ = ['RANKS', 'SCHEDULES', 'protected_key', 'read_protected', 'protected_index', 'is_protected', 'join_passes',
            'rank_passes', 'proof_text', 'select_proofs', 'load_tokenizer', 'encode', 'problem_passes', 'measure_passes',
-           'sft_row', 'rank_weight', 'with_logprobs', 'lever_fields', 'build_sft_rows', 'read_sft_rows',
-           'demo_sft_inputs', 'plan_steps', 'micro_batches', 'split_ranks', 'tokenize_rows', 'collate',
+           'add_capped_rows', 'sft_row', 'rank_weight', 'with_logprobs', 'lever_fields', 'build_sft_rows',
+           'read_sft_rows', 'demo_sft_inputs', 'plan_steps', 'micro_batches', 'split_ranks', 'tokenize_rows', 'collate',
            'completion_states', 'completion_loss', 'token_logprobs', 'loss_module', 'lr_factor', 'atomic_dir',
            'trainable_state', 'save_checkpoint', 'latest_checkpoint', 'load_checkpoint', 'probe_logits', 'export_model',
            'load_for_training', 'make_optimizer', 'resume_state', 'step_due', 'train_lora', 'sft_data_cli',
@@ -135,6 +135,17 @@ def measure_passes(prompt:str, ps:list[tuple[dict, dict]], tok) -> tuple[int, di
     capped = {s['sample_idx']: s['capped'] for s, _ in ps}
     lengths = {i: n_prompt + len(ids) + (not capped[i]) for i, ids in zip(comps, encode(tok, list(comps.values())))}
     return n_prompt, comps, lengths
+
+def add_capped_rows(rows:list[dict], # the round's ordinary SFT rows
+                    extra:list[dict], # rows of another kind (corrections, conjecturer rows)
+                    max_frac:float, # the extra rows at most this fraction of all rows
+                    kind:str, # names the counts: `{kind}_rows`, `{kind}_rows_over_frac`
+                   ) -> tuple[list[dict], dict]:
+    "The rows with `extra` appended, shortest first, up to `max_frac` of the total, and counts."
+    if not 0 <= max_frac < 1: raise BadInput(f'max_{kind}_frac must be in [0, 1), got {max_frac}')
+    room = math.floor(max_frac * len(rows) / (1 - max_frac) + 1e-9)
+    chosen = sorted(extra, key=lambda r: (r['n_tokens'], r['name'], r['sample_idx']))[:room]
+    return rows + chosen, {f'{kind}_rows': len(chosen), f'{kind}_rows_over_frac': len(extra) - len(chosen)}
 
 def sft_row(name:str, sample:dict, round_idx:int, prompt:str, completion:str, n_prompt:int, n_tokens:int, **extra) -> dict:
     "One SFT row: the exact sampling prompt, the completion, its lengths and provenance (`extra` appended)."
