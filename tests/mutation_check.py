@@ -55,6 +55,8 @@ MASK_T = (PIN + 'test_loss_mask_is_the_completion_of_each_packed_row', PIN + 'te
 AVG_T = ('tests/test_average.py -k "test_bit_exact and 0.7 and BF16 or test_weights_zero_and_one or test_kernels_and_io"',)
 PRE_T = ('tests/test_verify.py -k "precheck or dsv2 or judge"',)
 CHAIN_T = (PIN + 'test_chain_hash_changes_with_each_stage_seed',)
+CONJ, CONJ_T = 'nbs/00b_conjecture.ipynb', ('tests/test_conjectures.py::test_only_new_faithful_provable_conjectures_enter_the_pool',
+                                            'tests/test_conjectures.py::test_a_later_round_never_conjectures_an_earlier_conjecture_again')
 EXIT_T = (PIN + 'test_exit_codes_of_the_cli_contract', F + 'test_console_script_exit_codes', 'tests/test_sft.py::test_sft_data_cli_exit_codes')
 
 MUTANTS = [
@@ -169,6 +171,15 @@ MUTANTS = [
       'a rerun earlier stage does not invalidate later ones', *CHAIN_T, NB),
     M('chain-ignores-inputs', MRK, "'inputs': inputs, 'prev': prev})", "'prev': prev})",
       'a changed input file does not change the chain', *CHAIN_T, NB),
+    # ---- the conjecture stage (00b_conjecture): nothing that is a copy, a protected problem or a cheat enters the pool
+    M('conj-protected-admitted', CONJ, "elif is_protected(prob, index): c['status'] = 'protected'",
+      "elif False: c['status'] = 'protected'", 'a protected statement becomes a pool problem', *CONJ_T, NB),
+    M('conj-seed-admitted', CONJ, "elif key == statement_key(pp['formal_statement']): c['status'] = 'seed'",
+      "elif False: c['status'] = 'seed'", 'a copy of its seed becomes a new problem', *CONJ_T, NB),
+    M('conj-rules-skipped', CONJ, "if reason := precheck_statement(prob): c |= {'status': 'rule', 'reason': reason}",
+      "if reason := None: c |= {'status': 'rule', 'reason': reason}", 'a statement with a cheat reaches the pool', *CONJ_T, NB),
+    M('conj-easy-kept', CONJ, "elif len(ps) / n > conj_hi: status[cp['name']] = 'easy'",
+      "elif len(ps) / n > 1: status[cp['name']] = 'easy'", 'conjectures the prover finds easy are kept', *CONJ_T, NB),
     # ---- exit codes (core, cli)
     M('exit-stagefailed-2', 'nbs/core.ipynb', 'finished stage (exit 3)."\n    exit_code = 3', 'finished stage (exit 3)."\n    exit_code = 2',
       'a failed stage exits 2', *EXIT_T, NB),
