@@ -348,8 +348,10 @@ def read_frame(path, kind:str='verdict', required:bool=True, columns=None):
     parsed = [*wanted, *_NUMERIC[kind]] if columns else None   # numbers are always checked: no NaN, 1e400 or `true`
     opts = paj.ParseOptions(explicit_schema=_arrow_schema(kind, parsed), unexpected_field_behavior='ignore') if columns else None
     if columns:
-        from ei_nb.jsonl_scan import scan_frame
-        if (df := scan_frame(path, kind, wanted)) is not None: return df
+        from ei_nb.jsonl_scan import scanner, field_specs, scan_frame
+        if scanner() is not None and field_specs(kind, wanted) is not None:   # the scanner is sure, or the exact reader decides
+            df = scan_frame(path, kind, wanted)
+            return df if df is not None else _frame_of(read_records(path, kind, required), kind, columns)
     try: table = paj.read_json(path, parse_options=opts) if _utf8_ok(path) else None
     except pa.ArrowException: table = None
     absent = set()

@@ -8,17 +8,18 @@ import os, ctypes
 from collections.abc import Mapping
 from pathlib import Path
 import numpy as np
+from json.decoder import scanstring
 from .core import SCHEMAS, KEYS, VERDICTS, check_input, decode_line
 from .average_kernel import c_library
 
 # %% auto #0
 __all__ = ['T_STR', 'T_INT', 'T_FLOAT', 'T_BOOL', 'T_NULL', 'T_LIST', 'F_REQUIRED', 'F_OUT_STR', 'F_OUT_INT', 'F_NONNEG',
-           'F_BY_END', 'type_classes', 'field_specs', 'scanner', 'scan_bytes', 'scan_file', 'scan_frame', 'LazyRecord',
-           'scan_records']
+           'F_BY_END', 'F_OUT_SPAN', 'type_classes', 'field_specs', 'scanner', 'scan_bytes', 'scan_file', 'scan_frame',
+           'json_string_at', 'LazyRecord', 'scan_problems']
 
 # %% ../nbs/jsonl_scan.ipynb #59f75b95
 T_STR, T_INT, T_FLOAT, T_BOOL, T_NULL, T_LIST = 1, 2, 4, 8, 16, 32
-F_REQUIRED, F_OUT_STR, F_OUT_INT, F_NONNEG, F_BY_END = 1, 2, 4, 8, 16
+F_REQUIRED, F_OUT_STR, F_OUT_INT, F_NONNEG, F_BY_END, F_OUT_SPAN = 1, 2, 4, 8, 16, 32
 _CLASS = {str: T_STR, int: T_INT, float: T_FLOAT, bool: T_BOOL, type(None): T_NULL, list: T_LIST}
 
 def type_classes(types) -> int:
@@ -27,11 +28,15 @@ def type_classes(types) -> int:
 
 def field_specs(kind:str, # a record kind of `SCHEMAS`
                 columns=(), # fields to output: str fields as interned ids, int fields as int64
+                spans=(), # required str fields to output as (file offset, length) of the raw JSON string
                ) -> list[tuple[str, int, int]]|None:
     "`(name, type classes, flags)` of every schema field of `kind`; None if a column is neither str nor int."
     specs = []
     for name,(types,required) in SCHEMAS[kind].items():
         flags = F_REQUIRED if required else 0
+        if name in spans:
+            if types is not str or not required or name in columns: return None
+            flags |= F_OUT_SPAN
         if name in columns:
             if types not in (str, int): return None
             flags |= F_OUT_STR if types is str else F_OUT_INT
@@ -60,20 +65,26 @@ def scanner():
 
 # %% ../nbs/jsonl_scan.ipynb #482782cd
 class _Scan:
-    "The kernel's context for one file: the field specification, the growing output arrays, the row count."
-    def __init__(self, lib, specs, starts:bool=False):
-        self.lib, self.specs, self.n = lib, specs, 0
+    "The kernel's context for one run of lines: the field specification, the growing output arrays, the row count."
+    def __init__(self, lib, specs, starts:bool=False, expect_bytes:int=0):
+        self.lib, self.specs, self.n, self.expect, self.done = lib, specs, 0, expect_bytes, 0
         names = b''.join(s[0].encode() for s in specs)
         off = np.cumsum([0] + [len(s[0].encode()) for s in specs]).astype(np.int32)
         self._keep = [np.array([s[1] for s in specs], np.int32), np.array([s[2] for s in specs], np.int32), off]
         self.ctx = lib.ejs_new(len(specs), names, off.ctypes.data, self._keep[0].ctypes.data, self._keep[1].ctypes.data)
         if not self.ctx: raise MemoryError('jsonl_scan: cannot make a scanner')
-        self.cols = {i: np.empty(1024, np.int32 if f & F_OUT_STR else np.int64) for i,(_,_,f) in enumerate(specs) if f & (F_OUT_STR | F_OUT_INT)}
+        self.cols = {i: np.empty((1024, 2) if f & F_OUT_SPAN else 1024, np.int32 if f & F_OUT_STR else np.int64)
+                     for i,(_,_,f) in enumerate(specs) if f & (F_OUT_STR | F_OUT_INT | F_OUT_SPAN)}
         self.starts = np.empty(1024, np.int64) if starts else None
+        self.values = {}
 
     def _grow(self):
-        self.cols = {i: np.resize(a, 2 * len(a)) for i,a in self.cols.items()}
-        if self.starts is not None: self.starts = np.resize(self.starts, 2 * len(self.starts))
+        "Room for the rows the bytes still to come should hold (from the bytes per row so far), at least twice the room."
+        cap = len(self.starts) if self.starts is not None else len(next(iter(self.cols.values())))
+        want = max(2 * cap, int(self.n / max(self.done, 1) * self.expect * 1.05) + 1024)
+        def grown(a): g = np.empty((want, *a.shape[1:]), a.dtype); g[:self.n] = a[:self.n]; return g
+        self.cols = {i: grown(a) for i,a in self.cols.items()}
+        if self.starts is not None: self.starts = grown(self.starts)
 
     def feed(self, buf, length:int, base:int=0, skip:int=0) -> bool:
         "Scan `buf[skip:skip+length]` (whole lines; `base` is their offset in the file); False if a line defers."
@@ -81,65 +92,107 @@ class _Scan:
         done, nrows, stop = 0, ctypes.c_int64(self.n), ctypes.c_int64(0)
         while True:
             outs = (_P * len(self.specs))(*[self.cols[i].ctypes.data if i in self.cols else None for i in range(len(self.specs))])
-            cap = len(next(iter(self.cols.values()))) if self.cols else (len(self.starts) if self.starts is not None else 1 << 62)
+            cap = len(self.starts) if self.starts is not None else len(next(iter(self.cols.values()))) if self.cols else 1 << 62
             rc = self.lib.ejs_scan(self.ctx, addr + done, length - done, outs, None if self.starts is None else self.starts.ctypes.data,
                                    cap, base + done, ctypes.byref(nrows), ctypes.byref(stop))
             self.n = nrows.value
-            if rc != -1: return rc == 0
-            if stop.value == 0 and cap > 1 << 40: raise MemoryError('jsonl_scan: out of memory')
-            done += stop.value
+            if rc != -1: self.done += length - done; return rc == 0
+            done += stop.value; self.done += stop.value
             self._grow()
 
-    def uniques(self, i:int) -> list[str]:
-        "The distinct values of output string field `i`, in order of first appearance."
+    def _uniques(self, i:int) -> list[str]:
         nbytes = ctypes.c_int64(0)
         n = self.lib.ejs_n_unique(self.ctx, i, ctypes.byref(nbytes))
         arena, off = np.empty(max(nbytes.value, 1), np.uint8), np.empty(n + 1, np.int64)
         self.lib.ejs_uniques(self.ctx, i, arena.ctypes.data, off.ctypes.data)
-        raw = arena[:nbytes.value].tobytes()
-        if raw.isascii():
-            text = raw.decode('ascii')
-            return [text[a:b] for a,b in zip(off[:-1].tolist(), off[1:].tolist())]
-        return [raw[a:b].decode('utf-8') for a,b in zip(off[:-1].tolist(), off[1:].tolist())]
+        raw, bounds = arena[:nbytes.value].tobytes(), zip(off[:-1].tolist(), off[1:].tolist())
+        if raw.isascii(): text = raw.decode('ascii'); return [text[a:b] for a,b in bounds]
+        return [raw[a:b].decode('utf-8') for a,b in bounds]
 
-    def column(self, i:int) -> np.ndarray: return self.cols[i][:self.n]
+    def finish(self):
+        "Keep the rows' columns and the distinct strings (in order of first appearance); free the kernel's context."
+        self.values = {i: self._uniques(i) for i,(_,_,f) in enumerate(self.specs) if f & F_OUT_STR}
+        self.cols = {i: a[:self.n] for i,a in self.cols.items()}
+        if self.starts is not None: self.starts = self.starts[:self.n]
+        self.close()
+        return self
 
+    def column(self, name:str) -> np.ndarray: return self.cols[[s[0] for s in self.specs].index(name)]
+    def uniques(self, name:str) -> list[str]: return self.values[[s[0] for s in self.specs].index(name)]
     def close(self):
         if self.ctx: self.lib.ejs_free(self.ctx); self.ctx = None
-    def __enter__(self): return self
-    def __exit__(self, *exc): self.close()
+    def __del__(self): self.close()
 
 def scan_bytes(data:bytes, # whole lines of a JSON Lines file
                kind:str, columns=(), lib=None):
     "`{column: values}` (strings decoded) of the records in `data`, or None when a line is not surely valid."
     lib, specs = lib or scanner(), field_specs(kind, columns)
     if lib is None or specs is None: return None
-    with _Scan(lib, specs) as s:
-        if not s.feed(data, len(data)): return None
-        return {specs[i][0]: (np.array(s.uniques(i), object)[s.column(i)] if specs[i][2] & F_OUT_STR else s.column(i).copy()) for i in s.cols}
+    s = _Scan(lib, specs, expect_bytes=len(data))
+    if not s.feed(data, len(data)): s.close(); return None
+    s.finish()
+    return {specs[i][0]: (np.array(s.values[i], object)[a] if i in s.values else a) for i,a in s.cols.items()}
 
 # %% ../nbs/jsonl_scan.ipynb #867565d3
 _BOM = b'\xef\xbb\xbf'
 
-def scan_file(path, kind:str, columns=(), starts:bool=False, block:int=16 << 20) -> _Scan|None:
-    "The finished scan of the JSON Lines file `path` (close it when done), or None if a line is not surely valid or no scanner."
-    lib, specs = scanner(), field_specs(kind, columns)
-    if lib is None or specs is None: return None
-    s, buf = _Scan(lib, specs, starts), bytearray(block)
-    with open(check_input(path), 'rb') as f:
-        head = f.read(3)
-        base, filled = (3, 0) if head == _BOM else (0, len(head))
-        buf[:filled] = head[:filled]
+def _scan_part(lib, specs, path, lo:int, hi:int, starts:bool, block:int) -> _Scan|None:
+    "Scan the lines of `path` in bytes [lo, hi) (both at line starts)."
+    s, buf = _Scan(lib, specs, starts, hi - lo), bytearray(block)
+    with open(path, 'rb') as f:
+        f.seek(lo)
+        head = f.read(min(3, hi - lo))
+        base, filled = (lo + 3, 0) if lo == 0 and head == _BOM else (lo, len(head))
+        buf[:filled] = head
+        left = hi - lo - len(head)
         while True:
-            got = f.readinto(memoryview(buf)[filled:])
-            filled += got
+            got = f.readinto(memoryview(buf)[filled:filled + left]) if left else 0
+            filled += got; left -= got
             cut = filled if got == 0 else buf.rfind(b'\n', 0, filled) + 1
             if got and cut == 0:                                        # no whole line yet
                 if filled == len(buf): buf.extend(bytes(len(buf)))      # a line longer than the block
                 continue
             if cut and not s.feed(buf, cut, base): s.close(); return None
             buf[:filled - cut] = buf[cut:filled]; filled -= cut; base += cut
-            if got == 0: return s
+            if got == 0: return s.finish()
+
+def _cuts(path, parts:int, size:int) -> list[int]:
+    "`parts + 1` offsets that cut `path` at line starts into runs of about equal size."
+    cuts = [0]
+    with open(path, 'rb') as f:
+        for k in range(1, parts):
+            f.seek(max(size * k // parts - 1, cuts[-1]))
+            f.readline()                                               # to the start of the next line
+            cuts.append(max(f.tell(), cuts[-1]))
+    return cuts + [size]
+
+def _merge(parts:list[_Scan]) -> _Scan:
+    "One scan of the parts in order: later parts' string ids mapped onto the growing table of the first."
+    first = parts[0]
+    for i,values in first.values.items():
+        at = {v: k for k,v in enumerate(values)}
+        for p in parts[1:]:
+            remap = np.array([at.setdefault(v, len(at)) for v in p.values[i]], np.int32)
+            p.cols[i] = remap[p.cols[i]] if len(remap) else p.cols[i]
+        first.values[i] = list(at)
+    first.cols = {i: np.concatenate([p.cols[i] for p in parts]) for i in first.cols}
+    if first.starts is not None: first.starts = np.concatenate([p.starts for p in parts])
+    first.n = sum(p.n for p in parts)
+    return first
+
+def scan_file(path, kind:str, columns=(), starts:bool=False, block:int=16 << 20, parts:int|None=None) -> _Scan|None:
+    "The finished scan of the JSON Lines file `path`, or None if a line is not surely valid or there is no scanner."
+    lib, specs = scanner(), field_specs(kind, columns)
+    if lib is None or specs is None: return None
+    path = check_input(path)
+    size = os.path.getsize(path)
+    parts = parts or max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else 1, size // (32 << 20), 8))
+    cuts = _cuts(path, parts, size)
+    if parts == 1: return _scan_part(lib, specs, path, 0, size, starts, block)
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(parts) as ex:
+        done = list(ex.map(lambda k: _scan_part(lib, specs, path, cuts[k], cuts[k + 1], starts, block), range(parts)))
+    return None if any(d is None for d in done) else _merge(done)
 
 # %% ../nbs/jsonl_scan.ipynb #f2e579e2
 def _demo_verdicts() -> Path|None:
@@ -159,6 +212,7 @@ def _unique_keys(codes:np.ndarray, idx:np.ndarray|None) -> bool:
 def _categorical(codes:np.ndarray, values:list[str]):
     "A pandas categorical with sorted categories (as `astype('category')` makes them) from first-appearance codes."
     import pandas as pd
+    if all(a < b for a,b in zip(values, values[1:])): return pd.Categorical.from_codes(codes, categories=pd.Index(values))   # written in order
     order = np.argsort(np.array(values), kind='stable')   # code point order, as Python sorts str (values hold no NUL: JSON escapes it)
     rank = np.empty(len(values), np.int32); rank[order] = np.arange(len(values), dtype=np.int32)
     return pd.Categorical.from_codes(rank[codes], categories=pd.Index([values[i] for i in order]))
@@ -168,39 +222,42 @@ def scan_frame(path, kind:str='verdict', columns=('name', 'sample_idx', 'verdict
     import pandas as pd
     cols = list(dict.fromkeys([*KEYS[kind], *columns]))
     s = scan_file(path, kind, cols)
-    if s is None: return None
-    with s:
-        if s.n == 0: return None
-        at = {spec[0]: i for i,spec in enumerate(s.specs)}
-        if kind == 'verdict' and 'verdict' in cols and not set(s.uniques(at['verdict'])) <= set(VERDICTS): return None
-        idx = s.column(at['sample_idx']) if 'sample_idx' in KEYS[kind] else None
-        if not _unique_keys(s.column(at['name']), idx): return None
-        return pd.DataFrame({c: _categorical(s.column(at[c]), s.uniques(at[c])) if s.specs[at[c]][2] & F_OUT_STR else s.column(at[c]).copy()
-                             for c in cols})
+    if s is None or s.n == 0: return None
+    if kind == 'verdict' and 'verdict' in cols and not set(s.uniques('verdict')) <= set(VERDICTS): return None
+    if not _unique_keys(s.column('name'), s.column('sample_idx') if 'sample_idx' in KEYS[kind] else None): return None
+    return pd.DataFrame({c: _categorical(s.column(c), s.uniques(c)) if SCHEMAS[kind][c][0] is str else s.column(c) for c in cols})
 
 # %% ../nbs/jsonl_scan.ipynb #ea26b73a
+def json_string_at(data:bytes, at:int, n:int) -> str:
+    "The JSON string whose raw content (validated) is `data[at:at+n]`; `n < 0` (-length-1) when it holds escapes."
+    if n >= 0: return data[at:at + n].decode('utf-8')
+    return scanstring(data[at:at - n - 1].decode('utf-8') + '"', 0, True)[0]   # the json decoder's own string parser
+
 class LazyRecord(Mapping):
-    "A validated record: `name` at hand, the other fields decoded from its line on first use."
-    __slots__ = ('name', '_data', '_at', '_row')
-    def __init__(self, name:str, data:bytes, at:int): self.name, self._data, self._at, self._row = name, data, at, None
+    "A validated record: `name` and `formal_statement` at hand (the latter decoded on first use), the other fields decoded from its line on first use."
+    __slots__ = ('name', '_data', '_at', '_fs', '_row')
+    def __init__(self, name:str, data:bytes, at:int, fs:tuple):
+        self.name, self._data, self._at, self._fs, self._row = name, data, at, fs, None
     def _full(self) -> dict:
         if self._row is None:
             end = self._data.find(b'\n', self._at)
             self._row = decode_line(self._data[self._at:None if end < 0 else end], '<validated>', 0)
         return self._row
-    def __getitem__(self, k): return self.name if k == 'name' else self._full()[k]
+    def __getitem__(self, k):
+        if k == 'name': return self.name
+        if k == 'formal_statement' and self._row is None: return json_string_at(self._data, *self._fs)
+        return self._full()[k]
     def __iter__(self): return iter(self._full())
     def __len__(self): return len(self._full())
     def __repr__(self): return f'LazyRecord({self.name!r})'
 
-def scan_records(path, kind:str='problem') -> list[LazyRecord]|None:
-    "All `kind` records of `path`, validated as `read_records` validates them, decoded on demand; None when the exact reader must decide."
+def scan_problems(path) -> list[LazyRecord]|None:
+    "All problem records of `path`, validated as `read_problems` validates them, decoded on demand; None when the exact reader must decide."
     data = Path(check_input(path)).read_bytes()
-    lib, specs = scanner(), field_specs(kind, ['name'])
+    lib, specs = scanner(), field_specs('problem', ['name'], ['formal_statement'])
     if lib is None: return None
-    skip = 3 if data.startswith(_BOM) else 0
-    with _Scan(lib, specs, starts=True) as s:
-        if not s.feed(data, len(data) - skip, skip, skip) or s.n == 0: return None
-        names, codes = s.uniques(0), s.column(0)
-        if kind != 'problem' or len(names) != s.n: return None   # a duplicate name (or a kind keyed by more): exactly
-        return [LazyRecord(names[c], data, a) for c,a in zip(codes.tolist(), s.starts[:s.n].tolist())]
+    skip, s = 3 if data.startswith(_BOM) else 0, _Scan(lib, specs, True, len(data))   # one read: decoded later from the bytes checked now
+    if not s.feed(data, len(data) - skip, skip, skip): s.close(); return None
+    names, codes = s.finish().uniques('name'), s.column('name')
+    if s.n == 0 or len(names) != s.n: return None   # a duplicate name: the exact reader says where
+    return [LazyRecord(names[c], data, a, fs) for c,a,fs in zip(codes.tolist(), s.starts.tolist(), map(tuple, s.column('formal_statement').tolist()))]

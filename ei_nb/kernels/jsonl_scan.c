@@ -9,7 +9,8 @@
 #include <string.h>
 
 enum { T_STR = 1, T_INT = 2, T_FLOAT = 4, T_BOOL = 8, T_NULL = 16, T_LIST = 32, T_OBJ = 64 };
-enum { F_REQUIRED = 1, F_OUT_STR = 2, F_OUT_INT = 4, F_NONNEG = 8, F_BY_END = 16 };
+enum { F_REQUIRED = 1, F_OUT_STR = 2, F_OUT_INT = 4, F_NONNEG = 8, F_BY_END = 16, F_OUT_SPAN = 32 };
+#define F_OUT (F_OUT_STR | F_OUT_INT | F_OUT_SPAN)
 #define MAX_FIELDS 32
 #define MAX_DEPTH 256          /* Python's json raises RecursionError far deeper; deeper lines defer */
 #define MAX_KEYS 256           /* keys of one object compared pairwise; more defer */
@@ -30,8 +31,21 @@ typedef struct {
   intern_t intern[MAX_FIELDS];
   uint8_t *names;            /* our copy of the field names */
   span_t *keys; int64_t keys_cap;
+  int8_t order[MAX_FIELDS + 1];   /* the schema field at each top-level key position of the previous line: the likely one */
   uint8_t *scratch; int64_t scratch_cap;
+  const uint8_t *buf; int64_t base;   /* the buffer being scanned and its offset in the file (for F_OUT_SPAN) */
 } ctx_t;
+
+/* Whether n bytes at a and b are equal: short keys and names are compared inline, not through a libc call. */
+static inline int same_bytes(const uint8_t *a, const uint8_t *b, int32_t n) {
+  if (n >= 8 && n <= 16) {
+    uint64_t x, y, u, v;
+    memcpy(&x, a, 8); memcpy(&y, b, 8); memcpy(&u, a + n - 8, 8); memcpy(&v, b + n - 8, 8);
+    return x == y && u == v;
+  }
+  if (n < 8) { for (int32_t i = 0; i < n; i++) if (a[i] != b[i]) return 0; return 1; }
+  return memcmp(a, b, n) == 0;
+}
 
 /* ---------------------------------------------------------------- interning */
 
@@ -56,13 +70,13 @@ static int intern_grow(intern_t *t) {
 }
 
 static int32_t intern(intern_t *t, const uint8_t *p, int32_t n) {
-  if (t->last >= 0 && t->len[t->last] == n && memcmp(t->arena + t->off[t->last], p, n) == 0) return t->last;
+  if (t->last >= 0 && t->len[t->last] == n && same_bytes(t->arena + t->off[t->last], p, n)) return t->last;
   if ((t->n + 1) * 2 > t->nslots && intern_grow(t)) return -1;
   uint64_t h = hash_bytes(p, n) & (t->nslots - 1);
   for (;;) {
     int32_t i = t->slots[h];
     if (i < 0) break;
-    if (t->len[i] == n && memcmp(t->arena + t->off[i], p, n) == 0) return t->last = i;
+    if (t->len[i] == n && same_bytes(t->arena + t->off[i], p, n)) return t->last = i;
     h = (h + 1) & (t->nslots - 1);
   }
   if (t->n == INT32_MAX) return -1;
@@ -109,7 +123,7 @@ static inline int utf8_seq(const uint8_t *p, const uint8_t *e) {
 
 /* A string whose opening quote is at *pp: on success *pp is past the closing quote, the content is [s, s+n),
    and *esc says whether it holds a backslash escape. 0 on any grammar or UTF-8 fault. */
-static int scan_string(const uint8_t **pp, const uint8_t *e, span_t *out, int *esc) {
+static inline __attribute__((always_inline)) int scan_string(const uint8_t **pp, const uint8_t *e, span_t *out, int *esc) {
   const uint8_t *p = *pp + 1, *s = p;
   *esc = 0;
   for (;;) {
@@ -120,7 +134,8 @@ static int scan_string(const uint8_t **pp, const uint8_t *e, span_t *out, int *e
       uint64_t q = x ^ 0x2222222222222222ULL, b = x ^ 0x5C5C5C5C5C5C5C5CULL;
       uint64_t zq = (q - 0x0101010101010101ULL) & ~q & 0x8080808080808080ULL;
       uint64_t zb = (b - 0x0101010101010101ULL) & ~b & 0x8080808080808080ULL;
-      if (hi | ctl | zq | zb) break;
+      uint64_t m = hi | ctl | zq | zb;
+      if (m) { p += __builtin_ctzll(m) >> 3; break; }   /* the lowest flagged byte is exact in each of these tests */
       p += 8;
     }
     if (p >= e) return 0;
@@ -221,9 +236,10 @@ static int by_end(ctx_t *c, const uint8_t *s, int32_t n) {
 
 typedef struct { uint8_t is_obj; int64_t key_base; } frame_t;
 
-static int field_of(ctx_t *c, span_t k) {
+static inline int field_of(ctx_t *c, span_t k, int guess) {
+  if (guess >= 0 && c->name_len[guess] == k.n && same_bytes(c->name[guess], k.p, k.n)) return guess;
   for (int i = 0; i < c->nfields; i++)
-    if (c->name_len[i] == k.n && memcmp(c->name[i], k.p, k.n) == 0) return i;
+    if (c->name_len[i] == k.n && same_bytes(c->name[i], k.p, k.n)) return i;
   return -1;
 }
 
@@ -233,6 +249,7 @@ static int scan_line(ctx_t *c, const uint8_t *p, const uint8_t *e, void **outs, 
   int depth = 0;
   int64_t nkeys = 0;
   uint32_t seen = 0;
+  int pos = 0;                 /* the position of the next top-level key */
   int top_field = -1;          /* the schema field whose value comes next (at depth 1), or -1 */
   while (p < e && is_ws(*p)) p++;
   if (p >= e || *p != '{') return 0;
@@ -249,7 +266,7 @@ value:   /* a value is expected at p */
       if (depth == MAX_DEPTH) return 0;
       type = ch == '{' ? T_OBJ : T_LIST;
       if (fld >= 0 && !(c->types[fld] & type)) return 0;
-      if (fld >= 0 && c->flags[fld] & (F_OUT_STR | F_OUT_INT | F_BY_END)) return 0;
+      if (fld >= 0 && c->flags[fld] & (F_OUT | F_BY_END)) return 0;
       st[depth].is_obj = ch == '{'; st[depth].key_base = nkeys; depth++;
       p++;
       while (p < e && is_ws(*p)) p++;
@@ -271,6 +288,10 @@ value:   /* a value is expected at p */
           ((int32_t *)outs[fld])[row] = id;
         }
         if ((f & F_BY_END) && !by_end(c, s.p, s.n)) return 0;
+        if (f & F_OUT_SPAN) {  /* where the raw string is in the file, and its length (-length-1 when it holds an escape) */
+          int64_t *o = (int64_t *)outs[fld] + 2 * row;
+          o[0] = c->base + (s.p - c->buf); o[1] = esc ? -(int64_t)s.n - 1 : s.n;
+        }
       }
       goto after_value;
     }
@@ -282,7 +303,7 @@ value:   /* a value is expected at p */
         int32_t t = c->types[fld], f = c->flags[fld];
         if (!(t & type)) return 0;
         if (type == T_FLOAT && !finite) return 0;
-        if (f & F_OUT_STR) return 0;
+        if (f & (F_OUT_STR | F_OUT_SPAN)) return 0;
         if (f & (F_OUT_INT | F_NONNEG)) {
           if (type != T_INT || !ival_ok) return 0;
           if ((f & F_NONNEG) && ival < 0) return 0;
@@ -298,7 +319,7 @@ value:   /* a value is expected at p */
       if (!scan_literal(&p, e, "null", 4)) return 0;
       type = T_NULL;
     } else return 0;
-    if (fld >= 0 && (!(c->types[fld] & type) || (c->flags[fld] & (F_OUT_STR | F_OUT_INT | F_NONNEG | F_BY_END)))) return 0;
+    if (fld >= 0 && (!(c->types[fld] & type) || (c->flags[fld] & (F_OUT | F_NONNEG | F_BY_END)))) return 0;
     goto after_value;
   }
 
@@ -308,17 +329,25 @@ object_key:   /* inside an object, a key is expected at p (after '{' or ',') */
   {
     span_t k; int esc;
     if (!scan_string(&p, e, &k, &esc) || esc) return 0;   /* an escaped key could equal another one: defer */
-    int64_t base = st[depth - 1].key_base;
-    if (nkeys - base >= MAX_KEYS) return 0;
-    for (int64_t i = base; i < nkeys; i++)
-      if (c->keys[i].n == k.n && memcmp(c->keys[i].p, k.p, k.n) == 0) return 0;   /* a duplicate key */
-    if (nkeys == c->keys_cap) {
-      int64_t cap = c->keys_cap * 2;
-      span_t *nk = realloc(c->keys, sizeof(span_t) * cap); if (!nk) return 0;
-      c->keys = nk; c->keys_cap = cap;
+    /* A schema field at the top is a duplicate iff its bit is already set (only its own bytes equal it); every
+       other key is compared with the other keys of its object kept so far. */
+    if (depth == 1 && (top_field = field_of(c, k, pos <= MAX_FIELDS ? c->order[pos] : -1)) >= 0) {
+      if (pos <= MAX_FIELDS) c->order[pos] = (int8_t)top_field;
+      pos++;
+      if (seen & (1u << top_field)) return 0;
+      seen |= 1u << top_field;
+    } else {
+      int64_t base = st[depth - 1].key_base;
+      if (nkeys - base >= MAX_KEYS) return 0;
+      for (int64_t i = base; i < nkeys; i++)
+        if (c->keys[i].n == k.n && same_bytes(c->keys[i].p, k.p, k.n)) return 0;   /* a duplicate key */
+      if (nkeys == c->keys_cap) {
+        int64_t cap = c->keys_cap * 2;
+        span_t *nk = realloc(c->keys, sizeof(span_t) * cap); if (!nk) return 0;
+        c->keys = nk; c->keys_cap = cap;
+      }
+      c->keys[nkeys++] = k;
     }
-    c->keys[nkeys++] = k;
-    if (depth == 1 && (top_field = field_of(c, k)) >= 0) seen |= 1u << top_field;
     while (p < e && is_ws(*p)) p++;
     if (p >= e || *p != ':') return 0;
     p++;
@@ -335,7 +364,7 @@ after_value:
   while (p < e && is_ws(*p)) p++;
   if (p != e) return 0;
   for (int i = 0; i < c->nfields; i++)
-    if ((c->flags[i] & (F_REQUIRED | F_OUT_STR | F_OUT_INT)) && !(seen & (1u << i))) return 0;
+    if ((c->flags[i] & (F_REQUIRED | F_OUT)) && !(seen & (1u << i))) return 0;
   return 1;
 }
 
@@ -366,13 +395,15 @@ ctx_t *ejs_new(int nfields, const char *names, const int32_t *name_off, const in
     c->types[i] = types[i]; c->flags[i] = flags[i];
   }
   for (int i = 0; i < MAX_FIELDS; i++) c->intern[i].last = -1;
+  memset(c->order, 0xff, sizeof c->order);
   return c;
 }
 
 static inline int blank_byte(uint8_t b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r' || b == 11 || b == 12; }
 
 /* Scan the complete lines in [buf, buf+len) (the last one may lack its newline); `base` is buf's offset in the file.
-   Rows of non-blank lines are written to outs[field] (int32 ids for F_OUT_STR, int64 for F_OUT_INT) from index
+   Rows of non-blank lines are written to outs[field] (int32 ids for F_OUT_STR, int64 for F_OUT_INT, two int64 for
+   F_OUT_SPAN: the string's file offset and length) from index
    *nrows on, and the file offsets where their lines start to `starts` when it is not NULL; at most `cap` rows in all.
    Returns 0 when every line is valid and understood; 1 when a line defers; -1 when the outputs are full (the rows
    before are done: call again from buf + *stop with more room). *stop is the offset in buf of the line concerned. */
@@ -380,6 +411,7 @@ int ejs_scan(ctx_t *c, const uint8_t *buf, int64_t len, void **outs, int64_t *st
              int64_t *nrows, int64_t *stop) {
   const uint8_t *p = buf, *end = buf + len;
   int64_t row = *nrows;
+  c->buf = buf; c->base = base;
   while (p < end) {
     const uint8_t *nl = memchr(p, '\n', end - p);
     const uint8_t *e = nl ? nl : end;
