@@ -235,6 +235,7 @@ def decode_line(raw:bytes, path, line:int):
     except UnicodeDecodeError as e: raise RecordError(path, line, '-', f'not UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of the line)') from None
     try: return _DECODER.decode(text)
     except _DuplicateKey as e: raise RecordError(path, line, str(e), 'duplicate key in one JSON object') from None
+    except RecursionError: raise RecordError(path, line, '-', 'invalid JSON (nested too deeply)') from None
     except json.JSONDecodeError as e: raise RecordError(path, line, '-', f'invalid JSON ({e.msg} at column {e.colno})') from None
     except ValueError as e: raise RecordError(path, line, '-', f'invalid JSON ({e})') from None
 
