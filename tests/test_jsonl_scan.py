@@ -242,7 +242,8 @@ def test_each_fault_is_caught(tmp_path):
     "One file per fault the scanner must see, each at line 3 of real lines: the exact reader's message, never a frame."
     base, path = valid_base(random.Random(1), verdict_lines(), 'verdict', 4), tmp_path / 'v.jsonl'
     faults = {'duplicate key': insert_top(base[2], b'"verdict": "pass", '),
-              'nested duplicate': insert_top(base[2], b'"messages": [{"pos": {"line": 1, "column": 2, "line": 3}}], '),
+              'nested duplicate': insert_top(without(base[2], 'messages'), b'"messages": [{"pos": {"line": 1, "column": 2, "line": 3}}], '),
+              'nested duplicate elsewhere': insert_top(base[2], b'"lean": {"env": [0, {"a": {}, "b": 1, "a": []}]}, '),
               'escaped duplicate': insert_top(base[2], b'"n\\u0061me": "x", '),
               'NaN': with_field(base[2], 'verify_s', b'NaN'), 'infinite': with_field(base[2], 'verify_s', b'1e400'),
               'bool for int': with_field(base[2], 'sample_idx', b'true'), 'float for int': with_field(base[2], 'sample_idx', b'1.0'),
