@@ -15,6 +15,7 @@ enum { F_REQUIRED = 1, F_OUT_STR = 2, F_OUT_INT = 4, F_NONNEG = 8, F_BY_END = 16
 #define MAX_DEPTH 256          /* Python's json raises RecursionError far deeper; deeper lines defer */
 #define MAX_KEYS 256           /* keys of one object compared pairwise; more defer */
 #define MAX_NUMBER 1000        /* Python refuses integers of more than 4300 digits; longer numbers defer */
+#define KPAT 48                /* top-level keys up to this long (with quotes) are remembered by position */
 
 typedef struct { const uint8_t *p; int32_t n; } span_t;
 
@@ -22,7 +23,7 @@ typedef struct {             /* interned byte strings of one output column: an a
   uint8_t *arena; int64_t arena_len, arena_cap;
   int64_t *off; int32_t *len; int64_t n, cap;
   int32_t *slots; int64_t nslots;
-  int32_t last;              /* the id of the previous row's value: consecutive rows often repeat it */
+  int32_t last, last2;       /* the ids of the two latest values: consecutive rows often repeat them */
 } intern_t;
 
 typedef struct {
@@ -32,6 +33,9 @@ typedef struct {
   uint8_t *names;            /* our copy of the field names */
   span_t *keys; int64_t keys_cap;
   int8_t order[MAX_FIELDS + 1];   /* the schema field at each top-level key position of the previous line: the likely one */
+  uint8_t kpat[MAX_FIELDS][KPAT];  /* and that key's raw bytes, quotes included: equal bytes are the same valid key */
+  int32_t kpat_len[MAX_FIELDS]; int32_t kpat_field[MAX_FIELDS];
+  uint32_t must;             /* the fields every line must have: required or output */
   uint8_t *scratch; int64_t scratch_cap;
   const uint8_t *buf; int64_t base;   /* the buffer being scanned and its offset in the file (for F_OUT_SPAN) */
 } ctx_t;
@@ -71,12 +75,13 @@ static int intern_grow(intern_t *t) {
 
 static int32_t intern(intern_t *t, const uint8_t *p, int32_t n) {
   if (t->last >= 0 && t->len[t->last] == n && same_bytes(t->arena + t->off[t->last], p, n)) return t->last;
+  if (t->last2 >= 0 && t->len[t->last2] == n && same_bytes(t->arena + t->off[t->last2], p, n)) { int32_t i = t->last2; t->last2 = t->last; return t->last = i; }
   if ((t->n + 1) * 2 > t->nslots && intern_grow(t)) return -1;
   uint64_t h = hash_bytes(p, n) & (t->nslots - 1);
   for (;;) {
     int32_t i = t->slots[h];
     if (i < 0) break;
-    if (t->len[i] == n && same_bytes(t->arena + t->off[i], p, n)) return t->last = i;
+    if (t->len[i] == n && same_bytes(t->arena + t->off[i], p, n)) { t->last2 = t->last; return t->last = i; }
     h = (h + 1) & (t->nslots - 1);
   }
   if (t->n == INT32_MAX) return -1;
@@ -95,6 +100,7 @@ static int32_t intern(intern_t *t, const uint8_t *p, int32_t n) {
   memcpy(t->arena + t->arena_len, p, n);
   t->off[t->n] = t->arena_len; t->len[t->n] = n; t->arena_len += n;
   t->slots[h] = (int32_t)t->n;
+  t->last2 = t->last;
   return t->last = (int32_t)t->n++;
 }
 
@@ -276,6 +282,19 @@ value:   /* a value is expected at p */
     }
     if (ch == '"') {
       span_t s; int esc;
+      if (fld >= 0 && (c->flags[fld] & (F_OUT_STR | F_BY_END)) == F_OUT_STR && c->types[fld] & T_STR) {   /* the bytes of a latest value */
+        intern_t *t = &c->intern[fld];
+        for (int r = 0; r < 2; r++) {
+          int32_t i = r ? t->last2 : t->last;
+          if (i < 0) continue;
+          int32_t n = t->len[i];
+          if (e - p >= n + 2 && p[n + 1] == '"' && same_bytes(p + 1, t->arena + t->off[i], n)) {
+            if (r) { t->last2 = t->last; t->last = i; }
+            ((int32_t *)outs[fld])[row] = i; p += n + 2;
+            goto after_value;
+          }
+        }
+      }
       if (!scan_string(&p, e, &s, &esc)) return 0;
       if (fld >= 0) {
         if (!(c->types[fld] & T_STR)) return 0;
@@ -328,11 +347,22 @@ object_key:   /* inside an object, a key is expected at p (after '{' or ',') */
   if (p >= e || *p != '"') return 0;
   {
     span_t k; int esc;
-    if (!scan_string(&p, e, &k, &esc) || esc) return 0;   /* an escaped key could equal another one: defer */
+    int32_t kl = depth == 1 && pos < MAX_FIELDS ? c->kpat_len[pos] : 0;
+    if (kl && e - p >= kl && same_bytes(p, c->kpat[pos], kl)) {   /* the key this position had on the previous line */
+      k.p = p + 1; k.n = kl - 2; p += kl;
+      top_field = c->kpat_field[pos];
+    } else {
+      const uint8_t *q = p;
+      if (!scan_string(&p, e, &k, &esc) || esc) return 0;   /* an escaped key could equal another one: defer */
+      top_field = depth == 1 ? field_of(c, k, pos < MAX_FIELDS ? c->order[pos] : -1) : -1;
+      if (top_field >= 0 && pos < MAX_FIELDS) {
+        c->order[pos] = (int8_t)top_field;
+        if (p - q <= KPAT) { memcpy(c->kpat[pos], q, p - q); c->kpat_len[pos] = (int32_t)(p - q); c->kpat_field[pos] = top_field; }
+      }
+    }
     /* A schema field at the top is a duplicate iff its bit is already set (only its own bytes equal it); every
        other key is compared with the other keys of its object kept so far. */
-    if (depth == 1 && (top_field = field_of(c, k, pos <= MAX_FIELDS ? c->order[pos] : -1)) >= 0) {
-      if (pos <= MAX_FIELDS) c->order[pos] = (int8_t)top_field;
+    if (top_field >= 0) {
       pos++;
       if (seen & (1u << top_field)) return 0;
       seen |= 1u << top_field;
@@ -363,9 +393,7 @@ after_value:
   if (depth > 0) goto after_value;
   while (p < e && is_ws(*p)) p++;
   if (p != e) return 0;
-  for (int i = 0; i < c->nfields; i++)
-    if ((c->flags[i] & (F_REQUIRED | F_OUT)) && !(seen & (1u << i))) return 0;
-  return 1;
+  return (seen & c->must) == c->must;
 }
 
 /* ---------------------------------------------------------------- the API */
@@ -393,8 +421,9 @@ ctx_t *ejs_new(int nfields, const char *names, const int32_t *name_off, const in
   for (int i = 0; i < nfields; i++) {
     c->name[i] = c->names + name_off[i]; c->name_len[i] = name_off[i + 1] - name_off[i];
     c->types[i] = types[i]; c->flags[i] = flags[i];
+    if (flags[i] & (F_REQUIRED | F_OUT)) c->must |= 1u << i;
   }
-  for (int i = 0; i < MAX_FIELDS; i++) c->intern[i].last = -1;
+  for (int i = 0; i < MAX_FIELDS; i++) c->intern[i].last = c->intern[i].last2 = -1;
   memset(c->order, 0xff, sizeof c->order);
   return c;
 }
