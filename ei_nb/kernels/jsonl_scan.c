@@ -41,12 +41,14 @@ typedef struct {
 } ctx_t;
 
 /* Whether n bytes at a and b are equal: short keys and names are compared inline, not through a libc call. */
+static int same_bytes(const uint8_t *a, const uint8_t *b, int32_t n);
 static inline int same_bytes(const uint8_t *a, const uint8_t *b, int32_t n) {
   if (n >= 8 && n <= 16) {
     uint64_t x, y, u, v;
     memcpy(&x, a, 8); memcpy(&y, b, 8); memcpy(&u, a + n - 8, 8); memcpy(&v, b + n - 8, 8);
     return x == y && u == v;
   }
+  if (n > 16 && n <= 32) return same_bytes(a, b, 16) && same_bytes(a + n - 16, b + n - 16, 16);
   if (n < 8) { for (int32_t i = 0; i < n; i++) if (a[i] != b[i]) return 0; return 1; }
   return memcmp(a, b, n) == 0;
 }
