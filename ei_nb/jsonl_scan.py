@@ -152,6 +152,13 @@ def _scan_part(lib, specs, path, lo:int, hi:int, starts:bool, block:int) -> _Sca
             pos = cut
     return s.finish()
 
+def _idle_cpus() -> int:
+    "CPUs this process may use that nothing else keeps busy (by the 1-minute load average; at least 1)."
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
+    try: load = os.getloadavg()[0]
+    except OSError: return 1
+    return max(1, min(cpus, round(cpus - load + 1)))
+
 def _cuts(path, parts:int, size:int) -> list[int]:
     "`parts + 1` offsets that cut `path` at line starts into runs of about equal size."
     cuts = [0]
@@ -182,7 +189,7 @@ def scan_file(path, kind:str, columns=(), starts:bool=False, block:int=16 << 20,
     if lib is None or specs is None: return None
     path = check_input(path)
     size = os.path.getsize(path)
-    parts = parts or max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else 1, size // (32 << 20), 8))
+    parts = parts or max(1, min(_idle_cpus(), size // (32 << 20), 8))
     cuts = _cuts(path, parts, size)
     if parts == 1: return _scan_part(lib, specs, path, 0, size, starts, block)
     from concurrent.futures import ThreadPoolExecutor
