@@ -92,6 +92,7 @@ def check_cost(path: Path):
             print(json.dumps({f'scan_file_{parts or "auto"}_parts': {'cpu_s': round(time.process_time() - t, 3), 's': round(time.perf_counter() - w, 3)}}))
         t, w = time.process_time(), time.perf_counter(); read_frame(path, 'verdict', columns=cols)
         print(json.dumps({'read_frame': {'cpu_s': round(time.process_time() - t, 3), 's': round(time.perf_counter() - w, 3)}}))
+    if scanner(): select_phases(path.parent)
     t = time.process_time(); _utf8_ok(path); utf8 = time.process_time() - t
     base = [('name', pa.string()), ('sample_idx', pa.int64()), ('verdict', pa.string())]
     cost = {}
@@ -100,6 +101,24 @@ def check_cost(path: Path):
         paj.read_json(path, parse_options=paj.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior='ignore'))
         cost[label] = time.process_time() - t
     print(json.dumps({'utf8_scan_cpu_s': round(utf8, 3), 'parse_cpu_s': {k: round(v, 3) for k, v in cost.items()}}))
+
+
+def select_phases(d: Path):
+    "CPU seconds of the parts of `ei select` in this process: reading the pool and the verdicts, selecting, keying statements."
+    from ei_nb.core import read_frame, read_problems, shared_data
+    from ei_nb.jsonl_scan import scan_problems
+    from ei_nb.select import decontaminate, select_problems, pass_rates
+    cpu, t = {}, time.process_time()
+    def lap(name):
+        nonlocal t
+        cpu[name] = round(time.process_time() - t, 3); t = time.process_time()
+    pool = scan_problems(d / 'pool.jsonl'); lap('pool (scan_problems)')
+    protected = read_problems(shared_data('minif2f_dsp15.jsonl')); lap('protected')
+    v = read_frame(d / 'verdicts.jsonl', 'verdict', columns=['name', 'sample_idx', 'verdict']); lap('verdicts (read_frame)')
+    rates = pass_rates(v).set_index('name'); band = set(rates.index[(rates.pass_rate > 0) & (rates.pass_rate <= 0.75)]); lap('pass rates')
+    decontaminate(pool, protected, band); lap(f'decontaminate ({len(band)} candidates keyed)')
+    select_problems(pool, v, protected, 0.0, 0.75, True, 100, 300, 0); lap('select_problems (all of it, decontaminate again included)')
+    print(json.dumps({'select_phases_cpu_s': cpu}))
 
 
 def main():

@@ -4,7 +4,7 @@
 
 # %% ../nbs/jsonl_scan.ipynb #a351d650
 from __future__ import annotations
-import os, mmap, ctypes
+import os, ctypes
 from collections.abc import Mapping
 from pathlib import Path
 import numpy as np
@@ -137,20 +137,24 @@ def scan_bytes(data:bytes, # whole lines of a JSON Lines file
 _BOM = b'\xef\xbb\xbf'
 
 def _scan_part(lib, specs, path, lo:int, hi:int, starts:bool, block:int) -> _Scan|None:
-    "Scan the lines of `path` in bytes [lo, hi) (both at line starts), mapping a window of about `block` bytes at a time."
-    s, pos = _Scan(lib, specs, starts, hi - lo), lo
+    "Scan the lines of `path` in bytes [lo, hi) (both at line starts), read a block of whole lines at a time."
+    s, buf = _Scan(lib, specs, starts, hi - lo), bytearray(block)
     with open(path, 'rb') as f:
-        if lo == 0 and f.read(3) == _BOM: pos = 3
-        while pos < hi:
-            at = pos - pos % mmap.ALLOCATIONGRANULARITY                       # a window starts on a page
-            end = min(hi, pos + block)
-            with mmap.mmap(f.fileno(), end - at, offset=at, access=mmap.ACCESS_READ) as m:
-                cut = end if end == hi else m.rfind(b'\n', pos - at, end - at) + 1 + at
-                if cut <= pos: block *= 2; continue                           # a line longer than the window
-                ok = s.feed(m, cut - pos, pos, pos - at)
-            if not ok: s.close(); return None
-            pos = cut
-    return s.finish()
+        f.seek(lo)
+        head = f.read(min(3, hi - lo))
+        base, filled = (lo + 3, 0) if lo == 0 and head == _BOM else (lo, len(head))
+        buf[:filled] = head[:filled]
+        left = hi - lo - len(head)
+        while True:
+            got = f.readinto(memoryview(buf)[filled:filled + left]) if left else 0
+            filled += got; left -= got
+            cut = filled if got == 0 else buf.rfind(b'\n', 0, filled) + 1
+            if got and cut == 0:                                        # no whole line yet
+                if filled == len(buf): buf.extend(bytes(len(buf)))      # a line longer than the block
+                continue
+            if cut and not s.feed(buf, cut, base): s.close(); return None
+            buf[:filled - cut] = buf[cut:filled]; filled -= cut; base += cut
+            if got == 0: return s.finish()
 
 def _idle_cpus() -> int:
     "CPUs this process may use that nothing else keeps busy (by the 1-minute load average; at least 1)."
