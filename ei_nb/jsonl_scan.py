@@ -240,19 +240,24 @@ def json_string_at(data:bytes, at:int, n:int) -> str:
     if n >= 0: return data[at:at + n].decode('utf-8')
     return scanstring(data[at:at - n - 1].decode('utf-8') + '"', 0, True)[0]   # the json decoder's own string parser
 
+class _Lines:
+    "The bytes of a validated file, where each record's line starts, and where its statement is (offset, length)."
+    def __init__(self, data:bytes, starts:list, statements:list): self.data, self.starts, self.statements = data, starts, statements
+
 class LazyRecord(Mapping):
-    "A validated record: `name` and `formal_statement` at hand (the latter decoded on first use), the other fields decoded from its line on first use."
-    __slots__ = ('name', '_data', '_at', '_fs', '_row')
-    def __init__(self, name:str, data:bytes, at:int, fs:tuple):
-        self.name, self._data, self._at, self._fs, self._row = name, data, at, fs, None
+    "A validated record: `name` at hand, `formal_statement` decoded alone on first use, the other fields from its line."
+    __slots__ = ('name', '_lines', '_i', '_row')
+    def __init__(self, name:str, lines:_Lines, i:int): self.name, self._lines, self._i, self._row = name, lines, i, None
     def _full(self) -> dict:
         if self._row is None:
-            end = self._data.find(b'\n', self._at)
-            self._row = decode_line(self._data[self._at:None if end < 0 else end], '<validated>', 0)
+            data, at = self._lines.data, self._lines.starts[self._i]
+            end = data.find(b'\n', at)
+            self._row = decode_line(data[at:None if end < 0 else end], '<validated>', 0)
         return self._row
     def __getitem__(self, k):
         if k == 'name': return self.name
-        if k == 'formal_statement' and self._row is None: return json_string_at(self._data, *self._fs)
+        if k == 'formal_statement' and self._row is None:
+            return json_string_at(self._lines.data, *self._lines.statements[self._i])
         return self._full()[k]
     def __iter__(self): return iter(self._full())
     def __len__(self): return len(self._full())
@@ -265,6 +270,7 @@ def scan_problems(path) -> list[LazyRecord]|None:
     if lib is None: return None
     skip, s = 3 if data.startswith(_BOM) else 0, _Scan(lib, specs, True, len(data))   # one read: decoded later from the bytes checked now
     if not s.feed(data, len(data) - skip, skip, skip): s.close(); return None
-    names, codes = s.finish().uniques('name'), s.column('name')
+    names = s.finish().uniques('name')   # ids in order of first appearance: with no name twice, id i is row i
     if s.n == 0 or len(names) != s.n: return None   # a duplicate name: the exact reader says where
-    return [LazyRecord(names[c], data, a, fs) for c,a,fs in zip(codes.tolist(), s.starts.tolist(), map(tuple, s.column('formal_statement').tolist()))]
+    lines = _Lines(data, s.starts.tolist(), s.column('formal_statement').tolist())
+    return [LazyRecord(n, lines, i) for i,n in enumerate(names)]
