@@ -70,16 +70,21 @@ def insert_top(line: bytes, text: bytes) -> bytes:
     return line[:i] + text + line[i:]
 
 
+def dump(obj, ascii: bool = False) -> bytes:
+    "JSON bytes of `obj`; a lone surrogate (from an earlier mutation) written as its UTF-8 bytes: bad UTF-8, which both readers refuse."
+    return json.dumps(obj, ensure_ascii=ascii).encode('utf-8', 'surrogatepass')
+
+
 def with_field(line: bytes, key: str, raw: bytes) -> bytes:
     "The line with `key` set to the raw JSON text `raw` (replaced where it is, else added at the end)."
     r = json.loads(line)
     r[key] = '\x00MARK'
-    return json.dumps(r, ensure_ascii=False).encode().replace(b'"\\u0000MARK"', raw) + b'\n'
+    return dump(r).replace(b'"\\u0000MARK"', raw) + b'\n'
 
 
 def without(line: bytes, key: str) -> bytes:
     r = json.loads(line); r.pop(key, None)
-    return json.dumps(r, ensure_ascii=False).encode() + b'\n'
+    return dump(r) + b'\n'
 
 
 NUMBERS = [b'NaN', b'Infinity', b'-Infinity', b'1e400', b'-1e400', b'1e-400', b'1E5', b'-0.0', b'0', b'12', b'1' + b'0' * 30,
@@ -157,11 +162,11 @@ def mutate_line(rng, line: bytes, kind: str) -> bytes:
                            ':= by\r\n', ':=\n by', ': = by', ':= b y', ':= by\x0b', 'by', ''])
         st = r['formal_statement']
         cut = st.rfind(':=')
-        return with_field(line, 'formal_statement', json.dumps((st[:cut] if cut >= 0 else st) + tail, ensure_ascii=rng.random() < 0.5).encode())
+        return with_field(line, 'formal_statement', dump((st[:cut] if cut >= 0 else st) + tail, rng.random() < 0.5))
     if m == 20 and kind == 'problem':
         return with_field(line, rng.choice(['split', 'header', 'informal_prefix', 'source']), rng.choice([b'null', b'1', b'[]', b'"x"']))
     if m == 21:  # compact separators: valid
-        return json.dumps(r, separators=(',', ':'), ensure_ascii=rng.random() < 0.5).encode() + b'\n'
+        return json.dumps(r, separators=(',', ':'), ensure_ascii=rng.random() < 0.5).encode('utf-8', 'surrogatepass') + b'\n'
     if m == 22:  # a top-level key with a NUL or a quote, or an empty key: valid
         return insert_top(line, rng.choice([b'"": 1, ', b'"\\u0000": 1, ', b'"a\\\\": 2, ']))
     return line
