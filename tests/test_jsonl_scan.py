@@ -208,9 +208,9 @@ def assert_same(fast, exact, data):
     else: assert fast == exact, data[:3000]
 
 
-@pytest.mark.parametrize('seed', range(6))
+@pytest.mark.parametrize('seed', range(4))
 def test_verdict_frames_match_the_exact_reader(tmp_path, seed):
-    "600 mutated verdict files (of real lines): `read_frame` and the exact reader agree on every one; both paths are taken."
+    "400 mutated verdict files (of real lines): `read_frame` and the exact reader agree on every one; both paths are taken."
     rng, lines, path = random.Random(seed), verdict_lines(), tmp_path / 'v.jsonl'
     taken = {'scanner': 0, 'exact': 0}
     for case in range(100):
@@ -224,9 +224,9 @@ def test_verdict_frames_match_the_exact_reader(tmp_path, seed):
     assert taken['scanner'] >= 15 and taken['exact'] >= 15, taken
 
 
-@pytest.mark.parametrize('seed', range(3))
+@pytest.mark.parametrize('seed', range(2))
 def test_problem_records_match_the_exact_reader(tmp_path, seed):
-    "300 mutated problem files: `scan_problems` gives the exact reader's records, or None where the exact reader must decide."
+    "200 mutated problem files: `scan_problems` gives the exact reader's records, or None where the exact reader must decide."
     rng, lines, path = random.Random(100 + seed), problem_lines(), tmp_path / 'p.jsonl'
     taken = {'scanner': 0, 'exact': 0}
     for case in range(100):
