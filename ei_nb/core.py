@@ -294,11 +294,11 @@ def _has_duplicate_keys(table, kind) -> bool:
     idx = table['sample_idx'].to_numpy().astype(np.int64)
     return not pd.Index(codes * (int(idx.max()) + 1 if len(idx) else 1) + idx).is_unique
 
-def _arrow_kind_ok(table, kind, absent=()) -> bool:
-    "Column-wise validation of a pyarrow table: types, required non-nulls, verdict values, keys (`absent`: optional fields no row has)."
+def _arrow_kind_ok(table, kind) -> bool:
+    "Column-wise validation of a pyarrow table: types, required non-nulls, verdict values, keys."
     import pyarrow as pa, pyarrow.compute as pc
     for field,(types,required) in SCHEMAS[kind].items():
-        if field not in table.column_names or (field in absent and not required):
+        if field not in table.column_names:
             if required: return False
             continue
         col = table[field]
@@ -355,14 +355,13 @@ def read_frame(path, kind:str='verdict', required:bool=True, columns=None):
             return df if df is not None else _frame_of(read_records(path, kind, required), kind, columns)
     try: table = paj.read_json(path, parse_options=opts) if _utf8_ok(path) else None
     except pa.ArrowException: table = None
-    absent = set()
     if table is not None and columns:   # a field absent from every row is not in the table at all
         for f in opts.explicit_schema:
-            if f.name not in table.column_names: table = table.append_column(f.name, pa.nulls(len(table), f.type)); absent.add(f.name)
+            if f.name not in table.column_names: table = table.append_column(f.name, pa.nulls(len(table), f.type))
         table = table.combine_chunks()
         for i,f in enumerate(table.schema):   # categoricals: small in memory, and the key check reuses the codes
             if pa.types.is_string(f.type) and f.name in wanted: table = table.set_column(i, f.name, pc.dictionary_encode(table[f.name]))
-    if table is None or not _arrow_kind_ok(table, kind, absent) or (required and not len(table)):
+    if table is None or not _arrow_kind_ok(table, kind) or (required and not len(table)):
         rows = read_records(path, kind, required)   # raises the precise error, or reads what pyarrow could not
         return _frame_of(rows, kind, columns)
     return (table.select(wanted) if columns else table).to_pandas()
