@@ -201,12 +201,6 @@ def scan_file(path, kind:str, columns=(), starts:bool=False, block:int=16 << 20,
         done = list(ex.map(lambda k: _scan_part(lib, specs, path, cuts[k], cuts[k + 1], starts, block), range(parts)))
     return None if any(d is None for d in done) else _merge(done)
 
-# %% ../nbs/jsonl_scan.ipynb #f2e579e2
-def _demo_verdicts() -> Path|None:
-    "A verdict file of the recorded demo run (`runs/demo-example`), when this is a source checkout."
-    root = Path(__file__).resolve().parents[1] if '__file__' in globals() else Path.cwd().parent
-    return next(iter(sorted((root/'runs'/'demo-example').glob('round_*/verdicts.jsonl'))), None)
-
 # %% ../nbs/jsonl_scan.ipynb #d6ed0dcc
 def _unique_keys(codes:np.ndarray, idx:np.ndarray|None) -> bool:
     "Whether the (name code, sample_idx) pairs (or the name codes alone) are all different."
