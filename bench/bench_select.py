@@ -4,8 +4,10 @@
 Every measurement is its own process, started by this small process (Linux counts the RSS a child inherits at fork
 in its peak) and waited with `os.wait4`, so its peak RSS and CPU seconds are its own:
 - `ei`: the real commands, `ei select --pool --results --protected --out` then `ei stats --verified --k 1,8,32`
-  (validated reading with `ei_nb.core.read_frame`: types, finite numbers, UTF-8, duplicate keys in an object and
-  duplicate (name, sample_idx) pairs; selection; pass@k). rows/s = rows / (select s + stats s).
+  (validated reading with `ei_nb.core.read_frame`, which runs the C scanner of `ei_nb.jsonl_scan` first: JSON
+  grammar, UTF-8, duplicate keys in every object at any depth, types, finite numbers, duplicate (name, sample_idx)
+  pairs; the pool is read with `ei_nb.jsonl_scan.scan_problems`; then selection; pass@k).
+  rows/s = rows / (select s + stats s). Each command also pays its start (Python, pandas: about half a second).
 - `pyarrow`: `pyarrow.json.read_json` of the three needed columns + a group-by, no validation (the floor of that path).
 - `stdlib`: a `json.loads` loop counting passes per problem.
 - `polars`: `scan_ndjson` of the three columns + a group-by, only when polars is installed (it keeps the first of
@@ -14,7 +16,8 @@ Wall seconds depend on what else runs on the machine; CPU seconds (user + sys) a
 
     python bench/bench_select.py [--sizes 10000,30000,100000] [--samples 32] [--workdir DIR] [--check-cost]
 
-`--check-cost` also times, on the largest file, what the duplicate-key and UTF-8 checks of the fast path cost.
+`--check-cost` also times, on the largest file, the C scanner alone (`scan_file` of the three columns, every check
+made) and the whole validated frame (`read_frame`), beside the pyarrow path's UTF-8 scan and parses.
 """
 import argparse, json, os, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
@@ -78,9 +81,18 @@ def child(d: str, mode: str):
 
 
 def check_cost(path: Path):
-    "CPU seconds of the fast path's extra checks on one file: the UTF-8 scan, and parsing a fourth (number) column."
-    from ei_nb.core import _utf8_ok
+    "CPU (and wall) seconds on one file: the C scanner, the validated frame, the pyarrow path's UTF-8 scan and parses."
+    from ei_nb.core import _utf8_ok, read_frame
+    from ei_nb.jsonl_scan import scan_file, scanner
     import pyarrow as pa, pyarrow.json as paj
+    cols = ['name', 'sample_idx', 'verdict']
+    if scanner():
+        for parts in (1, None):
+            t, w = time.process_time(), time.perf_counter(); scan_file(path, 'verdict', cols, parts=parts)
+            print(json.dumps({f'scan_file_{parts or "auto"}_parts': {'cpu_s': round(time.process_time() - t, 3), 's': round(time.perf_counter() - w, 3)}}))
+        t, w = time.process_time(), time.perf_counter(); read_frame(path, 'verdict', columns=cols)
+        print(json.dumps({'read_frame': {'cpu_s': round(time.process_time() - t, 3), 's': round(time.perf_counter() - w, 3)}}))
+    if scanner(): select_phases(path.parent)
     t = time.process_time(); _utf8_ok(path); utf8 = time.process_time() - t
     base = [('name', pa.string()), ('sample_idx', pa.int64()), ('verdict', pa.string())]
     cost = {}
@@ -89,6 +101,24 @@ def check_cost(path: Path):
         paj.read_json(path, parse_options=paj.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior='ignore'))
         cost[label] = time.process_time() - t
     print(json.dumps({'utf8_scan_cpu_s': round(utf8, 3), 'parse_cpu_s': {k: round(v, 3) for k, v in cost.items()}}))
+
+
+def select_phases(d: Path):
+    "CPU seconds of the parts of `ei select` in this process: reading the pool and the verdicts, selecting, keying statements."
+    from ei_nb.core import read_frame, read_problems, shared_data
+    from ei_nb.jsonl_scan import scan_problems
+    from ei_nb.select import decontaminate, select_problems, pass_rates
+    cpu, t = {}, time.process_time()
+    def lap(name):
+        nonlocal t
+        cpu[name] = round(time.process_time() - t, 3); t = time.process_time()
+    pool = scan_problems(d / 'pool.jsonl'); lap('pool (scan_problems)')
+    protected = read_problems(shared_data('minif2f_dsp15.jsonl')); lap('protected')
+    v = read_frame(d / 'verdicts.jsonl', 'verdict', columns=['name', 'sample_idx', 'verdict']); lap('verdicts (read_frame)')
+    rates = pass_rates(v).set_index('name'); band = set(rates.index[(rates.pass_rate > 0) & (rates.pass_rate <= 0.75)]); lap('pass rates')
+    decontaminate(pool, protected, band); lap(f'decontaminate ({len(band)} candidates keyed)')
+    select_problems(pool, v, protected, 0.0, 0.75, True, 100, 300, 0); lap('select_problems (all of it, decontaminate again included)')
+    print(json.dumps({'select_phases_cpu_s': cpu}))
 
 
 def main():

@@ -10,12 +10,13 @@ from pathlib import Path
 from .core import BadInput, atomic_path, atomic_write_json, sha256_file
 
 # %% auto #0
-__all__ = ['kernel_source', 'private_dir', 'kernel_key', 'compile_kernel', 'c_kernel', 'kernel_name']
+__all__ = ['kernel_source', 'private_dir', 'kernel_key', 'compile_kernel', 'c_library', 'c_kernel', 'kernel_name']
 
 # %% ../nbs/03b_average_kernel.ipynb #8a977d96
-def kernel_source() -> str:
-    "The C source of the averaging kernel, as shipped in `ei_nb/kernels/average.c`."
-    return (resources.files('ei_nb')/'kernels'/'average.c').read_text(encoding='utf-8')
+def kernel_source(name:str='average', # which kernel: `ei_nb/kernels/{name}.c`
+                 ) -> str:
+    "The C source of a kernel shipped in `ei_nb/kernels/` (the averaging kernel by default)."
+    return (resources.files('ei_nb')/'kernels'/f'{name}.c').read_text(encoding='utf-8')
 
 _KIND = {'BF16': 0, 'F16': 1, 'F32': 2, 'F64': 3}   # the kernel's `kind` argument
 
@@ -44,17 +45,17 @@ def _cpu_flags() -> str:
     try: return next((l for l in open('/proc/cpuinfo') if l.startswith(('flags', 'Features'))), '')
     except OSError: return ''
 
-def kernel_key(cc:str, args:list) -> str:
+def kernel_key(cc:str, args:list, name:str='average') -> str:
     "What names a build: the source, the compiler, its flags and the CPU's flags, hashed."
-    return hashlib.sha256('\n'.join([kernel_source(), cc, *args, _cpu_flags()]).encode()).hexdigest()[:16]
+    return hashlib.sha256('\n'.join([kernel_source(name), cc, *args, _cpu_flags()]).encode()).hexdigest()[:16]
 
-def _build(cc:str, args:list, so:Path) -> Path|None:
+def _build(cc:str, args:list, so:Path, name:str='average') -> Path|None:
     "Compile the kernel to `so` (atomically) and record its sha256 beside it; None if the compiler fails."
     try:
         with atomic_path(so) as tmp:
             src = so.with_name(f'.{so.stem}-{secrets.token_hex(4)}.c')
             try:
-                src.write_text(kernel_source())
+                src.write_text(kernel_source(name))
                 subprocess.run([cc, *args, '-o', str(tmp), str(src)], check=True, capture_output=True)
             finally: src.unlink(missing_ok=True)
             digest = sha256_file(tmp)                                  # what we built, before it is in place
@@ -76,23 +77,23 @@ def _cache_dirs() -> list[Path]:
     return [Path(os.environ.get('EI_CACHE') or Path.home()/'.cache'/'ei_nb')/'kernels',
             Path(tempfile.gettempdir())/f'ei_nb-kernels-{uid}']
 
-def _cached(cc:str, d:Path) -> Path|None:
+def _cached(cc:str, d:Path, name:str='average') -> Path|None:
     "A verified library in the private directory `d`, rebuilt there if missing or tampered with."
     for flags in _FLAGS:
         args = [*_BASE, *flags]
-        so = d/f'average-{kernel_key(cc, args)}.so'
-        if _verified(so) or _build(cc, args, so): return so
+        so = d/f'{name}-{kernel_key(cc, args, name)}.so'
+        if _verified(so) or _build(cc, args, so, name): return so
     return None
 
-def compile_kernel(cache_dir=None) -> tuple[Path, bool]|None:
-    "A kernel library safe to load, `(path, temporary)`: verified in a private cache, or just built; None without a compiler."
+def compile_kernel(cache_dir=None, name:str='average') -> tuple[Path, bool]|None:
+    "The library of kernel `name`, safe to load, `(path, temporary)`: verified in a private cache, or just built; None without a compiler."
     cc = os.environ.get('CC', 'gcc')
     if not shutil.which(cc): return None
     for d in ([Path(cache_dir)] if cache_dir else _cache_dirs()):
-        if (d := private_dir(d)) and (so := _cached(cc, d)): return so, False
+        if (d := private_dir(d)) and (so := _cached(cc, d, name)): return so, False
     fresh = Path(tempfile.mkdtemp(prefix='ei_nb-kernel-'))        # mode 0700, a new name: nothing planted in it
     for flags in _FLAGS:
-        if so := _build(cc, [*_BASE, *flags], fresh/'average.so'): return so, True
+        if so := _build(cc, [*_BASE, *flags], fresh/f'{name}.so', name): return so, True
     shutil.rmtree(fresh, ignore_errors=True)
     return None
 
@@ -106,13 +107,19 @@ def _load(so:Path):
     lib.ei_avg.restype = ctypes.c_int
     return lib
 
-def c_kernel():
-    "The loaded C kernel (built or verified first), or None without a compiler; once per process."
-    if 'c' not in _KERNEL:
-        built = compile_kernel()
-        _KERNEL['c'] = _load(built[0]) if built else None
+def c_library(name:str, # the kernel: `ei_nb/kernels/{name}.c`
+              bind, # loads the built library and declares its functions' argument types: `bind(path) -> library`
+             ):
+    "Kernel `name` compiled (or verified in the cache) and loaded by `bind`, or None without a compiler; once per process."
+    if name not in _KERNEL:
+        built = compile_kernel(name=name)
+        _KERNEL[name] = bind(built[0]) if built else None
         if built and built[1]: shutil.rmtree(built[0].parent, ignore_errors=True)
-    return _KERNEL['c']
+    return _KERNEL[name]
+
+def c_kernel():
+    "The loaded C averaging kernel (built or verified first), or None without a compiler; once per process."
+    return c_library('average', _load)
 
 def kernel_name(kernel:str='auto') -> str:
     "Which kernel `kernel` ('auto', 'c' or 'numpy'; env `EI_AVERAGE_KERNEL`) resolves to: 'avx2', 'c' or 'numpy'."

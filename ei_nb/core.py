@@ -235,6 +235,7 @@ def decode_line(raw:bytes, path, line:int):
     except UnicodeDecodeError as e: raise RecordError(path, line, '-', f'not UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1} of the line)') from None
     try: return _DECODER.decode(text)
     except _DuplicateKey as e: raise RecordError(path, line, str(e), 'duplicate key in one JSON object') from None
+    except RecursionError: raise RecordError(path, line, '-', 'invalid JSON (nested too deeply)') from None
     except json.JSONDecodeError as e: raise RecordError(path, line, '-', f'invalid JSON ({e.msg} at column {e.colno})') from None
     except ValueError as e: raise RecordError(path, line, '-', f'invalid JSON ({e})') from None
 
@@ -338,14 +339,20 @@ def _arrow_schema(kind:str, columns):
     return pa.schema([(c, typ(SCHEMAS[kind][c][0])) for c in names])
 
 def read_frame(path, kind:str='verdict', required:bool=True, columns=None):
-    """Read a large JSON Lines file of `kind` records into a DataFrame with pyarrow, validated column-wise.
-    With `columns`, only those fields (and the keys) are parsed and checked, and string columns become
-    categoricals: a 3.2 M-row verdict file then needs a few hundred MB, not gigabytes."""
+    """Read a large JSON Lines file of `kind` records into a DataFrame, validated as `read_records` validates.
+    With `columns`, only those fields (and the keys) are returned, string columns as categoricals: a 3.2 M-row
+    verdict file then needs a few hundred MB, not gigabytes. The C scanner (`ei_nb.jsonl_scan`) is tried first;
+    without a compiler pyarrow parses; whatever either is not sure of, the exact reader reads."""
     import pyarrow.json as paj, pyarrow as pa, pyarrow.compute as pc
     path = check_input(path)
     wanted = list(dict.fromkeys([*KEYS[kind], *columns])) if columns else None
     parsed = [*wanted, *_NUMERIC[kind]] if columns else None   # numbers are always checked: no NaN, 1e400 or `true`
     opts = paj.ParseOptions(explicit_schema=_arrow_schema(kind, parsed), unexpected_field_behavior='ignore') if columns else None
+    if columns:
+        from ei_nb.jsonl_scan import scanner, field_specs, scan_frame
+        if scanner() is not None and field_specs(kind, wanted) is not None:   # the scanner is sure, or the exact reader decides
+            df = scan_frame(path, kind, wanted)
+            return df if df is not None else _frame_of(read_records(path, kind, required), kind, columns)
     try: table = paj.read_json(path, parse_options=opts) if _utf8_ok(path) else None
     except pa.ArrowException: table = None
     if table is not None and columns:   # a field absent from every row is not in the table at all

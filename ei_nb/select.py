@@ -133,7 +133,8 @@ def plot_band(table:pd.DataFrame, summary:dict, lo:float=0.0, hi:float=0.75, n_b
 def run_select(pool_path, results_path, out_path, protected_paths=(), lo=0.0, hi=0.75, include_zero=False,
                max_zero=100, max_problems=300, seed=0) -> tuple[dict, pd.DataFrame]:
     "Read the inputs, select, write `out_path` atomically; raise `DataStop` when nothing is selected."
-    pool = read_problems(pool_path)
+    from ei_nb.jsonl_scan import scan_problems
+    pool = scan_problems(pool_path) or read_problems(pool_path)   # checked in C; a statement is decoded only where it is read
     protected = [p for path in protected_paths for p in read_problems(path)]
     verdicts = read_frame(results_path, 'verdict', columns=['name', 'sample_idx', 'verdict'])
     selected, summary, table = select_problems(pool, verdicts, protected, lo, hi, include_zero, max_zero, max_problems, seed)
