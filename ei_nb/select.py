@@ -131,10 +131,19 @@ def plot_band(table:pd.DataFrame, summary:dict, lo:float=0.0, hi:float=0.75, n_b
 
 # %% ../nbs/00_select.ipynb #0db55d60
 def run_select(pool_path, results_path, out_path, protected_paths=(), lo=0.0, hi=0.75, include_zero=False,
-               max_zero=100, max_problems=300, seed=0) -> tuple[dict, pd.DataFrame]:
+               max_zero=100, max_problems=300, seed=0,
+               extra_pool_paths=(), # more problem files of the pool, possibly empty (the conjectures 00b_conjecture kept)
+              ) -> tuple[dict, pd.DataFrame]:
     "Read the inputs, select, write `out_path` atomically; raise `DataStop` when nothing is selected."
     from ei_nb.jsonl_scan import scan_problems
     pool = scan_problems(pool_path) or read_problems(pool_path)   # checked in C; a statement is decoded only where it is read
+    if extra_pool_paths:
+        names = {p['name'] for p in pool}
+        for path in extra_pool_paths:
+            extra = read_problems(path, required=False)
+            if (twice := next((p['name'] for p in extra if p['name'] in names), None)):
+                raise BadInput(f'{path}: problem {twice!r} is already in the pool')
+            pool, names = list(pool) + extra, names | {p['name'] for p in extra}
     protected = [p for path in protected_paths for p in read_problems(path)]
     verdicts = read_frame(results_path, 'verdict', columns=['name', 'sample_idx', 'verdict'])
     selected, summary, table = select_problems(pool, verdicts, protected, lo, hi, include_zero, max_zero, max_problems, seed)
@@ -151,8 +160,10 @@ def select_cli(argv):
     p.add_argument('--lo', type=unit_float, default=0.0); p.add_argument('--hi', type=unit_float, default=0.75)
     p.add_argument('--include-zero', action='store_true'); p.add_argument('--max-zero', type=nonneg_int, default=100)
     p.add_argument('--max-problems', type=nonneg_int, default=300); p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--extra-pool', nargs='*', default=[], help='more problem files of the pool (e.g. kept conjectures)')
     a = p.parse_args(argv)
     if not a.lo < a.hi: raise BadInput(f'--lo {a.lo} --hi {a.hi}: need lo < hi')
-    check_output(a.out, [a.pool, a.results, *a.protected])
-    summary, _ = run_select(a.pool, a.results, a.out, a.protected, a.lo, a.hi, a.include_zero, a.max_zero, a.max_problems, a.seed)
+    check_output(a.out, [a.pool, a.results, *a.protected, *a.extra_pool])
+    summary, _ = run_select(a.pool, a.results, a.out, a.protected, a.lo, a.hi, a.include_zero, a.max_zero, a.max_problems, a.seed,
+                            a.extra_pool)
     return summary

@@ -180,6 +180,12 @@ MUTANTS = [
       "if reason := None: c |= {'status': 'rule', 'reason': reason}", 'a statement with a cheat reaches the pool', *CONJ_T, NB),
     M('conj-easy-kept', CONJ, "elif len(ps) / n > conj_hi: status[cp['name']] = 'easy'",
       "elif len(ps) / n > 1: status[cp['name']] = 'easy'", 'conjectures the prover finds easy are kept', *CONJ_T, NB),
+    # ---- the C JSON Lines scanner: a duplicate key must send the file to the exact reader, which refuses it
+    M('scan-nested-duplicate-keys', 'ei_nb/kernels/jsonl_scan.c',
+      'if (c->keys[i].n == k.n && same_bytes(c->keys[i].p, k.p, k.n)) return 0;', 'if (0) return 0;',
+      'a duplicate key inside a nested object is read silently', 'tests/test_jsonl_scan.py::test_each_fault_is_caught'),
+    M('scan-top-duplicate-keys', 'ei_nb/kernels/jsonl_scan.c', 'if (seen & (1u << top_field)) return 0;', 'if (0) return 0;',
+      'a duplicate top-level key is read silently', 'tests/test_jsonl_scan.py::test_each_fault_is_caught'),
     # ---- exit codes (core, cli)
     M('exit-stagefailed-2', 'nbs/core.ipynb', 'finished stage (exit 3)."\n    exit_code = 3', 'finished stage (exit 3)."\n    exit_code = 2',
       'a failed stage exits 2', *EXIT_T, NB),
