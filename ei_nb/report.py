@@ -8,11 +8,10 @@ import numpy as np
 from .core import BadInput, read_frame, read_problems
 
 # %% auto #0
-__all__ = ['CONJECTURE_COUNTS', 'mcnemar_p', 'solved_by_problem', 'mcnemar_table', 'mcnemar_power', 'min_detectable_effect',
-           'power_statement', 'mcnemar_files', 'mcnemar_cli', 'load_run', 'example_run', 'round_table', 'mcnemar_rows',
-           'training_table', 'conjecture_table', 'conjecture_examples', 'save_figure', 'plot_bands', 'plot_scores',
-           'plot_sft', 'plot_pass_at_k', 'plot_lengths', 'decision_text', 'solved_by_round', 'solved_summary',
-           'pool_pass_rates']
+__all__ = ['mcnemar_p', 'solved_by_problem', 'mcnemar_table', 'mcnemar_power', 'min_detectable_effect', 'power_statement',
+           'mcnemar_files', 'mcnemar_cli', 'load_run', 'example_run', 'round_table', 'mcnemar_rows', 'training_table',
+           'conjecture_table', 'conjecture_examples', 'save_figure', 'plot_bands', 'plot_scores', 'plot_sft',
+           'plot_pass_at_k', 'plot_lengths', 'decision_text', 'solved_by_round', 'solved_summary', 'pool_pass_rates']
 
 # %% ../nbs/06_report.ipynb #5bd7e245
 def mcnemar_p(b:int, c:int) -> float:
@@ -237,20 +236,16 @@ def training_table(run:dict) -> 'pd.DataFrame':
     return pd.DataFrame(rows).set_index('round') if rows else pd.DataFrame()
 
 # %% ../nbs/06_report.ipynb #a7e2ab4f
-CONJECTURE_COUNTS = ('generated', 'parsed', 'elaborated', 'proved', 'kept')
-
 def conjecture_table(run:dict) -> 'pd.DataFrame':
-    "Per round that ran 00b: conjectures generated / parsed / elaborated / proved / kept, and the pool they grew."
+    "Per round that ran 00b: conjectures generated / parsed / elaborated / proved / kept (`conjecture_counts`), and the pool they grew."
     import pandas as pd
-    from ei_nb.layout import read_stage_json
+    from ei_nb.conjecture import HEADLINE, conjecture_counts
     from ei_nb.eta import count_lines
     rows, grown = [], 0
     for r in run['rounds']:
-        rec = read_stage_json(r['files'].stage_json('00b_conjecture'))
-        if rec is None: continue
-        h = rec.get('headline') or {}
-        grown += h.get('kept') or 0
-        rows.append({'round': r['round'], **{k: h.get(k) for k in CONJECTURE_COUNTS}, 'conjectures_in_pool': grown,
+        if (h := conjecture_counts(r['dir'])) is None: continue
+        grown += h['kept'] or 0
+        rows.append({'round': r['round'], **{k: h[k] for k in HEADLINE}, 'conjectures_in_pool': grown,
                      'pool_problems': (count_lines(run['layout'].pool) or 0) + grown})
     return pd.DataFrame(rows).set_index('round') if rows else pd.DataFrame()
 
