@@ -11,9 +11,8 @@ from pathlib import Path
 from .core import (SFT_MAX_TOKENS, BadInput, DataStop, StageFailed, RecordError, atomic_write_json, iter_jsonl, normalize_ws,
                    read_problems, read_samples, read_verdicts, write_records)
 from .sft import (build_sft_rows, join_passes, load_tokenizer, encode, proof_text, tokenize_rows, collate,
-                  completion_loss, lr_factor, SCHEDULES, save_checkpoint, latest_checkpoint, load_checkpoint,
-                  export_model, load_for_training, demo_sft_inputs, _completion, _fingerprint, _eta,
-                  make_optimizer, resume_state, step_due, _progress)
+                  completion_loss, SCHEDULES, save_checkpoint, export_model, load_for_training, demo_sft_inputs,
+                  _completion, _fingerprint, make_optimizer, resume_state, step_due, _progress)
 
 # %% auto #0
 __all__ = ['LEAN_ERROR', 'DEMO_LOSER', 'OBJECTIVES', 'DPO_KEYS', 'is_lean_failure', 'demo_dpo_inputs', 'pass_rates', 'draw_pairs',
