@@ -12,7 +12,7 @@ from .core import (SFT_MAX_TOKENS, BadInput, StageFailed, atomic_write_json, che
                         iter_jsonl, statement_key, write_records)
 from .lean_lex import code_only
 from .prompts import render_prompt
-from .sft import add_capped_rows, encode, is_protected, join_passes, load_tokenizer, protected_index, protected_key
+from .sft import add_capped_rows, sft_row, encode, is_protected, join_passes, load_tokenizer, protected_index, protected_key
 
 # %% auto #0
 __all__ = ['LEMMA_TACTICS', 'LEMMA_MARK', 'EASY_MARK', 'HARD_MARK', 'HARD_END', 'CONJECTURE_ASK', 'STATUSES', 'EASY_TACTICS',
@@ -314,10 +314,10 @@ def conjecture_rows(kept:list[dict], # kept conjectures (`select_conjectures`), 
         completion = k['statement'].removeprefix('theorem') + '\n' + HARD_END
         n_prompt, n_comp = (len(ids) for ids in encode(tok, [prompt, completion]))
         if n_prompt + n_comp + 1 > max_tokens: continue
-        rows.append({'name': k['name'], 'sample_idx': k['sample_idx'], 'round': round_idx, 'prompt': prompt, 'completion': completion,
-                     'eos': True, 'n_tokens': n_prompt + n_comp + 1, 'n_prompt_tokens': n_prompt, 'completion_tokens': n_comp,
-                     'kind': 'conjecture', 'formal_statement': k['formal_statement'],
-                     'conjecture': {'seed': k['seed'], 'lemma': k['lemma'], 'prompt': k['prompt']}})
+        generated = {'sample_idx': k['sample_idx'], 'capped': False, 'n_tokens': n_comp}   # the row ends with the end-of-turn token
+        rows.append(sft_row(k['name'], generated, round_idx, prompt, completion, n_prompt, n_prompt + n_comp + 1,
+                            kind='conjecture', formal_statement=k['formal_statement'],
+                            conjecture={'seed': k['seed'], 'lemma': k['lemma'], 'prompt': k['prompt']}))
     return rows
 
 def add_conjecture_rows(rows:list[dict], # the round's ordinary SFT rows
