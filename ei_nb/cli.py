@@ -4,12 +4,12 @@
 
 # %% ../nbs/cli.ipynb #b2d2ae11
 from __future__ import annotations
-import sys, json, importlib, argparse, os, signal
+import sys, json, importlib, argparse, os, signal, gc, contextlib
 from .core import EiError
 
 # %% auto #0
 __all__ = ['COMMANDS', 'positive_int', 'nonneg_int', 'positive_float', 'nonneg_float', 'finite_float', 'unit_float',
-           'open_unit_float', 'resolve', 'emit', 'say', 'parser', 'main', 'int_list']
+           'open_unit_float', 'resolve', 'emit', 'say', 'parser', 'main', 'int_list', 'paused_gc']
 
 # %% ../nbs/cli.ipynb #5de39beb
 COMMANDS = {
@@ -103,3 +103,13 @@ open_unit_float = _number(float, lambda v: 0 < v <= 1, 'a number in (0, 1]')
 def int_list(text:str) -> list[int]:
     "A comma-separated list of integers >= 1 (`--k 1,8,32`)."
     return [positive_int(t.strip()) for t in text.split(',')]
+
+# %% ../nbs/cli.ipynb #11df7448
+@contextlib.contextmanager
+def paused_gc():
+    "The cyclic garbage collector paused inside the block (as it was before, after it)."
+    was = gc.isenabled()
+    gc.disable()
+    try: yield
+    finally:
+        if was: gc.enable()

@@ -327,12 +327,17 @@ def _utf8_ok(path, chunk:int=16<<20) -> bool:
 
 _NUMERIC = {k: [f for f,(t,_) in fields.items() if set(t if isinstance(t, tuple) else (t,)) & {int, float}] for k, fields in SCHEMAS.items()}
 
-def _arrow_schema(kind:str, columns):
-    "An explicit pyarrow schema for `columns` of record `kind` (keys always included)."
-    import pyarrow as pa
+def _known_fields(kind:str, columns) -> list[str]:
+    "The keys of record `kind` and `columns`, in order, once each; `BadInput` for a field the schema does not have."
     names = list(dict.fromkeys([*KEYS[kind], *columns]))
     unknown = [c for c in names if c not in SCHEMAS[kind]]
     if unknown: raise BadInput(f'{kind} records have no field(s) {unknown}')
+    return names
+
+def _arrow_schema(kind:str, columns):
+    "An explicit pyarrow schema for `columns` of record `kind` (keys always included)."
+    import pyarrow as pa
+    names = _known_fields(kind, columns)
     def typ(types):
         types = [t for t in (types if isinstance(types, tuple) else (types,)) if t is not type(None)]
         return {str: pa.string(), bool: pa.bool_(), int: pa.int64(), float: pa.float64()}[float if float in types else types[0]]
@@ -343,16 +348,17 @@ def read_frame(path, kind:str='verdict', required:bool=True, columns=None):
     With `columns`, only those fields (and the keys) are returned, string columns as categoricals: a 3.2 M-row
     verdict file then needs a few hundred MB, not gigabytes. The C scanner (`ei_nb.jsonl_scan`) is tried first;
     without a compiler pyarrow parses; whatever either is not sure of, the exact reader reads."""
-    import pyarrow.json as paj, pyarrow as pa, pyarrow.compute as pc
     path = check_input(path)
     wanted = list(dict.fromkeys([*KEYS[kind], *columns])) if columns else None
     parsed = [*wanted, *_NUMERIC[kind]] if columns else None   # numbers are always checked: no NaN, 1e400 or `true`
-    opts = paj.ParseOptions(explicit_schema=_arrow_schema(kind, parsed), unexpected_field_behavior='ignore') if columns else None
     if columns:
+        _known_fields(kind, parsed)   # an unknown column is refused before anything is read
         from ei_nb.jsonl_scan import scanner, field_specs, scan_frame
         if scanner() is not None and field_specs(kind, wanted) is not None:   # the scanner is sure, or the exact reader decides
             df = scan_frame(path, kind, wanted)
             return df if df is not None else _frame_of(read_records(path, kind, required), kind, columns)
+    import pyarrow.json as paj, pyarrow as pa, pyarrow.compute as pc
+    opts = paj.ParseOptions(explicit_schema=_arrow_schema(kind, parsed), unexpected_field_behavior='ignore') if columns else None
     try: table = paj.read_json(path, parse_options=opts) if _utf8_ok(path) else None
     except pa.ArrowException: table = None
     if table is not None and columns:   # a field absent from every row is not in the table at all
@@ -414,12 +420,17 @@ def theorem_name(statement:str) -> str|None:
 
 _BY_TAIL = re.compile(r'\s*:=\s*by\s*$')
 
+def _without_by_tail(s:str) -> str:
+    "Whitespace-normalised `s` without a final `:= by` and the blank before it: `_BY_TAIL.sub('', s)` by string tests (4x faster)."
+    if not s.endswith('by'): return s
+    t = s[:-2].removesuffix(' ')
+    return t[:-2].removesuffix(' ') if t.endswith(':=') else s
+
 def statement_key(statement:str) -> str:
     "A name-free, comment-free, whitespace-normalised key of a theorem statement."
     s = normalize_ws(lean_code_only(statement))
     s = _DECL.sub('theorem _', s, count=1)
-    s = _BY_TAIL.sub('', s)
-    return s
+    return _without_by_tail(s)
 
 # %% ../nbs/core.ipynb #c111659a
 def sha256_file(path, chunk:int=1<<22) -> str:

@@ -8,8 +8,9 @@ import numpy as np
 from .core import BadInput, read_frame
 
 # %% auto #0
-__all__ = ['pass_at_k', 'pass_at_k_array', 'problem_counts', 'pass_at_k_mean', 'score', 'stats_cli', 'check_scored_set',
-           'eval_summary', 'plot_pass_counts', 'plot_lengths', 'plot_eval', 'figure_image', 'run_eval', 'eval_cli']
+__all__ = ['pass_at_k', 'pass_at_k_array', 'ProblemCounts', 'tally', 'tally_frame', 'problem_counts', 'pass_at_k_mean', 'score',
+           'verdict_counts', 'stats_cli', 'check_scored_set', 'eval_summary', 'plot_pass_counts', 'plot_lengths',
+           'plot_eval', 'figure_image', 'run_eval', 'eval_cli']
 
 # %% ../nbs/04_eval.ipynb #9510063f
 def pass_at_k(n:int, # samples of the problem
@@ -37,34 +38,87 @@ def pass_at_k_array(n, # samples per problem (array)
     return out
 
 # %% ../nbs/04_eval.ipynb #cfb3a447
+class ProblemCounts:
+    "Samples `n` and passes `c` per problem, problems sorted by `name`, as numpy arrays; `counts['n']` reads like the DataFrame's column."
+    def __init__(self, name, n, c): self.name, self.n, self.c = np.asarray(name, object), np.asarray(n, np.int64), np.asarray(c, np.int64)
+    @property
+    def pass_rate(self) -> np.ndarray: return self.c / self.n
+    def __getitem__(self, column:str) -> np.ndarray: return getattr(self, column)
+    def __len__(self) -> int: return len(self.n)
+    def __repr__(self) -> str: return f'ProblemCounts({len(self)} problems, {int(self.n.sum())} samples, {int(self.c.sum())} passes)'
+    def frame(self) -> 'pd.DataFrame':
+        "One row per problem: `name`, `n`, `c`, `pass_rate`."
+        import pandas as pd
+        return pd.DataFrame({'name': self.name, 'n': self.n, 'c': self.c, 'pass_rate': self.pass_rate})
+
+def _name_order(names:np.ndarray) -> np.ndarray:
+    "Indices that sort `names` (Python's string order); a file written in name order needs no sort."
+    listed = names.tolist()
+    if all(a < b for a, b in zip(listed, listed[1:])): return np.arange(len(listed))
+    return np.argsort(names, kind='stable')
+
+def tally(name_codes, # per sample: its problem, as an index into `names` (-1: none)
+          names, # the distinct problem names
+          verdict_codes, # per sample: its verdict, as an index into `verdicts` (-1: none)
+          verdicts, # the distinct verdict values
+         ) -> ProblemCounts:
+    "Samples and passes per problem, from coded columns; only a `pass` verdict counts."
+    name_codes = np.asarray(name_codes, np.int64)
+    passed = np.array([v == 'pass' for v in verdicts] + [False], bool)[np.asarray(verdict_codes, np.int64)]   # code -1: the appended False
+    measured = name_codes >= 0
+    n = np.bincount(name_codes[measured], minlength=len(names))
+    c = np.bincount(name_codes[measured & passed], minlength=len(names))
+    names, seen = np.asarray(list(names), object), n > 0
+    order = _name_order(names[seen])
+    return ProblemCounts(names[seen][order], n[seen][order], c[seen][order])
+
+# %% ../nbs/04_eval.ipynb #30a0b843
+def _coded(column) -> tuple[np.ndarray, list]:
+    "A pandas column as (codes, distinct values): a categorical's own, or factorised (missing values get -1)."
+    import pandas as pd
+    if isinstance(column.dtype, pd.CategoricalDtype): return column.cat.codes.to_numpy(), column.cat.categories.tolist()
+    codes, values = pd.factorize(column)
+    return codes, list(values)
+
+def tally_frame(verdicts) -> ProblemCounts:
+    "`tally` of a verdicts DataFrame (`name`, `verdict` columns)."
+    return tally(*_coded(verdicts['name']), *_coded(verdicts['verdict']))
+
 def problem_counts(verdicts) -> 'pd.DataFrame':
     "One row per problem: `n` samples, `c` passes, `pass_rate` (verdicts as a DataFrame)."
-    df = verdicts.assign(is_pass=verdicts['verdict'].eq('pass'))
-    g = df.groupby('name', sort=True)['is_pass'].agg(n='size', c='sum')
-    g['c'] = g['c'].astype(int)
-    return g.assign(pass_rate=g['c'] / g['n']).reset_index()
+    return tally_frame(verdicts).frame()
 
-def pass_at_k_mean(counts, k:int) -> float:
+def pass_at_k_mean(counts, # `ProblemCounts`, or a DataFrame of `problem_counts`
+                   k:int) -> float:
     "pass@k averaged over problems; every problem needs at least k samples."
-    short = counts[counts['n'] < k]
-    if len(short): raise BadInput(f'pass@{k}: {len(short)} problem(s) have fewer than {k} samples, e.g. {short["name"].iloc[0]!r} has {int(short["n"].iloc[0])}')
-    return float(pass_at_k_array(counts['n'].to_numpy(), counts['c'].to_numpy(), k).mean()) if len(counts) else 0.0
+    n, c = np.asarray(counts['n']), np.asarray(counts['c'])
+    short = np.flatnonzero(n < k)
+    if len(short): raise BadInput(f"pass@{k}: {len(short)} problem(s) have fewer than {k} samples, e.g. {np.asarray(counts['name'], object)[short[0]]!r} has {int(n[short[0]])}")
+    return float(pass_at_k_array(n, c, k).mean()) if len(n) else 0.0
 
-def score(verdicts, ks=(1,)) -> dict:
+def score(verdicts, # a verdicts DataFrame, or their `ProblemCounts`
+          ks=(1,)) -> dict:
     "solved@n, the number of problems and pass@k for each k of `ks`."
-    counts = problem_counts(verdicts)
+    counts = verdicts if isinstance(verdicts, ProblemCounts) else tally_frame(verdicts)
     return {'solved': int((counts['c'] > 0).sum()), 'n_problems': int(len(counts)),
             'pass_at_k': {str(k): pass_at_k_mean(counts, k) for k in ks}}
 
 # %% ../nbs/04_eval.ipynb #e0b3242e
+def verdict_counts(path) -> ProblemCounts:
+    "The `ProblemCounts` of a verdict file, validated as `read_frame` validates it (no pandas when the C scanner is sure)."
+    from ei_nb.jsonl_scan import scan_columns
+    cols = scan_columns(path, 'verdict', ['name', 'sample_idx', 'verdict'])
+    if cols is None: return tally_frame(read_frame(path, 'verdict', columns=['name', 'sample_idx', 'verdict']))
+    return tally(*cols['name'], *cols['verdict'])
+
 def stats_cli(argv):
     "`ei stats --verified FILE [--k 1,8,32]`"
-    from ei_nb.cli import parser, int_list
+    from ei_nb.cli import parser, int_list, paused_gc
     p = parser('stats', 'solved@n and pass@k of a verdict file')
     p.add_argument('--verified', required=True, help='verdict records (JSON Lines)')
     p.add_argument('--k', type=int_list, default=[1], help='comma-separated k values, each >= 1')
     a = p.parse_args(argv)
-    return score(read_frame(a.verified, 'verdict', columns=['name', 'sample_idx', 'verdict']), a.k)
+    with paused_gc(): return score(verdict_counts(a.verified), a.k)
 
 # %% ../nbs/04_eval.ipynb #353ca70c
 import json, time

@@ -9,13 +9,14 @@ from collections.abc import Mapping
 from pathlib import Path
 import numpy as np
 from json.decoder import scanstring
-from .core import SCHEMAS, KEYS, VERDICTS, check_input, decode_line
+from .core import SCHEMAS, KEYS, VERDICTS, check_input, decode_line, statement_key
 from .average_kernel import c_library
 
 # %% auto #0
 __all__ = ['T_STR', 'T_INT', 'T_FLOAT', 'T_BOOL', 'T_NULL', 'T_LIST', 'F_REQUIRED', 'F_OUT_STR', 'F_OUT_INT', 'F_NONNEG',
-           'F_BY_END', 'F_OUT_SPAN', 'type_classes', 'field_specs', 'scanner', 'scan_bytes', 'scan_file', 'scan_frame',
-           'json_string_at', 'LazyRecord', 'scan_problems']
+           'F_BY_END', 'F_OUT_SPAN', 'type_classes', 'field_specs', 'scanner', 'scan_bytes', 'scan_file',
+           'scan_columns', 'scan_frame', 'json_string_at', 'LazyRecord', 'scan_problems', 'plain_keys',
+           'statement_keys']
 
 # %% ../nbs/jsonl_scan.ipynb #59f75b95
 T_STR, T_INT, T_FLOAT, T_BOOL, T_NULL, T_LIST = 1, 2, 4, 8, 16, 32
@@ -56,6 +57,7 @@ def _bind(so:Path):
     lib.ejs_scan.restype = ctypes.c_int
     lib.ejs_n_unique.argtypes = [_P, ctypes.c_int, _P]; lib.ejs_n_unique.restype = ctypes.c_int64
     lib.ejs_uniques.argtypes = [_P, ctypes.c_int, _P, _P]; lib.ejs_uniques.restype = None
+    lib.ejs_plain_keys.argtypes = [_P, _P, _P, ctypes.c_int64, _P, _P, _P]; lib.ejs_plain_keys.restype = None
     return lib
 
 def scanner():
@@ -204,11 +206,13 @@ def scan_file(path, kind:str, columns=(), starts:bool=False, block:int=16 << 20,
 # %% ../nbs/jsonl_scan.ipynb #d6ed0dcc
 def _unique_keys(codes:np.ndarray, idx:np.ndarray|None) -> bool:
     "Whether the (name code, sample_idx) pairs (or the name codes alone) are all different."
-    import pandas as pd
-    if idx is None: return len(pd.unique(codes)) == len(codes)
-    if len(idx) and int(idx.max()) >= (1 << 62) // max(int(codes.max()) + 1, 1): return pd.MultiIndex.from_arrays([codes, idx]).is_unique
+    if idx is None: return len(np.unique(codes)) == len(codes)
+    if len(idx) and int(idx.max()) >= (1 << 62) // max(int(codes.max()) + 1, 1):   # no room for one int64 key: sort the pairs
+        order = np.lexsort((idx, codes))
+        c, i = codes[order], idx[order]
+        return not np.any((c[1:] == c[:-1]) & (i[1:] == i[:-1]))
     key = codes.astype(np.int64) * (int(idx.max()) + 1 if len(idx) else 1) + idx
-    return bool(np.all(key[1:] > key[:-1])) or pd.Index(key).is_unique
+    return bool(np.all(key[1:] > key[:-1])) or len(np.unique(key)) == len(key)
 
 def _categorical(codes:np.ndarray, values:list[str]):
     "A pandas categorical with sorted categories (as `astype('category')` makes them) from first-appearance codes."
@@ -218,15 +222,20 @@ def _categorical(codes:np.ndarray, values:list[str]):
     rank = np.empty(len(values), np.int32); rank[order] = np.arange(len(values), dtype=np.int32)
     return pd.Categorical.from_codes(rank[codes], categories=pd.Index([values[i] for i in order]))
 
-def scan_frame(path, kind:str='verdict', columns=('name', 'sample_idx', 'verdict')):
-    "The validated DataFrame of `columns` (keys included) of a `kind` file, or None when the exact reader must decide."
-    import pandas as pd
+def scan_columns(path, kind:str='verdict', columns=('name', 'sample_idx', 'verdict')) -> dict|None:
+    "`{column: (codes, values)}` for str fields, `{column: int64 array}` for int fields (keys included) of a validated `kind` file; None when the exact reader must decide."
     cols = list(dict.fromkeys([*KEYS[kind], *columns]))
     s = scan_file(path, kind, cols)
     if s is None or s.n == 0: return None
     if kind == 'verdict' and 'verdict' in cols and not set(s.uniques('verdict')) <= set(VERDICTS): return None
     if not _unique_keys(s.column('name'), s.column('sample_idx') if 'sample_idx' in KEYS[kind] else None): return None
-    return pd.DataFrame({c: _categorical(s.column(c), s.uniques(c)) if SCHEMAS[kind][c][0] is str else s.column(c) for c in cols})
+    return {c: (s.column(c), s.uniques(c)) if SCHEMAS[kind][c][0] is str else s.column(c) for c in cols}
+
+def scan_frame(path, kind:str='verdict', columns=('name', 'sample_idx', 'verdict')):
+    "The validated DataFrame of `columns` (keys included) of a `kind` file, or None when the exact reader must decide."
+    import pandas as pd
+    cols = scan_columns(path, kind, columns)
+    return None if cols is None else pd.DataFrame({c: _categorical(*v) if isinstance(v, tuple) else v for c, v in cols.items()})
 
 # %% ../nbs/jsonl_scan.ipynb #ea26b73a
 def json_string_at(data:bytes, at:int, n:int) -> str:
@@ -268,3 +277,28 @@ def scan_problems(path) -> list[LazyRecord]|None:
     if s.n == 0 or len(names) != s.n: return None   # a duplicate name: the exact reader says where
     lines = _Lines(data, s.starts.tolist(), s.column('formal_statement').tolist())
     return [LazyRecord(n, lines, i) for i,n in enumerate(names)]
+
+# %% ../nbs/jsonl_scan.ipynb #eedf8abb
+def plain_keys(data:bytes, # the bytes of a validated file
+               spans, # (offset, length) of each statement's raw JSON content, as `scan_problems` records them
+              ) -> list[str|None]:
+    "`ei_nb.core.statement_key` of each statement the kernel finds plain; None for the others (and without a scanner)."
+    lib = scanner()
+    if lib is None or not len(spans): return [None] * len(spans)
+    sp = np.asarray(spans, np.int64).reshape(-1, 2)
+    off, length = np.ascontiguousarray(sp[:, 0]), np.ascontiguousarray(sp[:, 1])
+    arena = np.empty(int(np.abs(length).sum()) + 16 * len(length) + 16, np.uint8)
+    key_off, key_len = np.empty(len(length), np.int64), np.empty(len(length), np.int64)
+    lib.ejs_plain_keys(np.frombuffer(data, np.uint8).ctypes.data, off.ctypes.data, length.ctypes.data, len(length),
+                       arena.ctypes.data, key_off.ctypes.data, key_len.ctypes.data)
+    raw = arena.tobytes()
+    return [raw[a:a + n].decode('utf-8') if n >= 0 else None for a, n in zip(key_off.tolist(), key_len.tolist())]
+
+def statement_keys(records:list) -> list[str]:
+    "`statement_key` of each record's `formal_statement`: in C for the plain statements of `scan_problems` records, in Python for the rest."
+    keys, groups = [None] * len(records), {}
+    for i, r in enumerate(records):
+        if type(r) is LazyRecord: groups.setdefault(id(r._lines), (r._lines, []))[1].append(i)
+    for lines, idx in groups.values():
+        for i, k in zip(idx, plain_keys(lines.data, [lines.statements[records[i]._i] for i in idx])): keys[i] = k
+    return [statement_key(r['formal_statement']) if k is None else k for r, k in zip(records, keys)]

@@ -7,13 +7,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 import numpy as np
-import pandas as pd
-from .core import BadInput, DataStop, check_output, read_problems, read_frame, statement_key, write_records
-from .eval import problem_counts
+from .core import BadInput, DataStop, check_output, read_problems, statement_key, write_records
+from .eval import ProblemCounts, problem_counts, tally_frame, verdict_counts
 
 # %% auto #0
 __all__ = ['pass_rates', 'sampled_by', 'measurement_sources', 'merge_measurements', 'protected_index', 'decontaminate',
-           'select_problems', 'plot_band', 'run_select', 'select_cli']
+           'select_problems', 'plot_band', 'read_pool', 'run_select', 'select_cli']
 
 # %% ../nbs/00_select.ipynb #27c1ab7b
 def pass_rates(verdicts:pd.DataFrame) -> pd.DataFrame:
@@ -27,7 +26,7 @@ def sampled_by(r:int) -> str:
 
 def measurement_sources(path) -> pd.DataFrame:
     "Per round of a verdict file: problems, samples, and the model that drew them (only `name` and `round` are parsed)."
-    import pyarrow as pa, pyarrow.json as paj
+    import pandas as pd, pyarrow as pa, pyarrow.json as paj
     schema = pa.schema([('name', pa.string()), ('round', pa.int64())])
     v = paj.read_json(path, parse_options=paj.ParseOptions(explicit_schema=schema, unexpected_field_behavior='ignore')).to_pandas()
     if v['round'].isna().any(): return pd.DataFrame({'problems': [v.name.nunique()], 'samples': [len(v)], 'sampled by': ['(round not recorded)']}, index=['?'])
@@ -57,8 +56,11 @@ def decontaminate(pool:list[dict], protected:list[dict],
                   candidates:set|None=None, # names that could be selected: only their statements are keyed (None: all)
                  ) -> tuple[list[dict], list[dict]]:
     "Split `pool` into (kept, removed) by name or statement key against `protected`."
+    from ei_nb.jsonl_scan import statement_keys
     names, keys = protected_index(protected)
-    def hit(p): return p['name'] in names or ((candidates is None or p['name'] in candidates) and statement_key(p['formal_statement']) in keys)
+    keyed = [p for p in pool if p['name'] not in names and (candidates is None or p['name'] in candidates)]
+    leaked = {id(p) for p, key in zip(keyed, statement_keys(keyed)) if key in keys}   # keyed in C where the statement is plain
+    def hit(p): return p['name'] in names or id(p) in leaked
     kept, removed = [], []
     for p in pool: (removed if hit(p) else kept).append(p)
     return kept, removed
@@ -66,49 +68,57 @@ def decontaminate(pool:list[dict], protected:list[dict],
 # %% ../nbs/00_select.ipynb #f957d0c2
 def _rank(seed:int, name:str) -> str: return hashlib.sha256(f'{seed}:{name}'.encode()).hexdigest()
 
-def _first_clean_zeros(pool, rates, protected, max_zero:int, seed:int) -> set:
+def _first_clean_zeros(pool, rate:dict, protected, max_zero:int, seed:int) -> set:
     "The p = 0 problems keyed for selection: in rank order, until `max_zero` of them are not protected (those keyed and found protected included)."
     if max_zero <= 0: return set()
     names, keys = protected_index(protected)
     by_name = {p['name']: p for p in pool}
-    zeros = sorted((n for n in rates.index[rates.pass_rate == 0] if n in by_name and n not in names), key=lambda n: _rank(seed, n))
+    zeros = sorted((n for n, p in rate.items() if p == 0 and n in by_name and n not in names), key=lambda n: _rank(seed, n))
     keyed, clean = set(), 0
     for n in zeros:
         keyed.add(n); clean += statement_key(by_name[n]['formal_statement']) not in keys
         if clean == max_zero: break
     return keyed
 
+def _status(kept_names:list, rate:dict, in_band:set, chosen:set) -> list[str]:
+    "Each kept problem's place: selected, in band (not taken by the cap), out of band, or unmeasured."
+    return ['selected' if n in chosen else 'in band' if n in in_band else 'out of band' if n in rate else 'unmeasured' for n in kept_names]
+
+def _band_table(kept_names:list, counts:ProblemCounts, status:list) -> pd.DataFrame:
+    "Per kept pool problem: `n_samples`, `n_pass`, `pass_rate` (NaN when unmeasured) and its `status`."
+    import pandas as pd
+    rates = counts.frame().rename(columns={'n': 'n_samples', 'c': 'n_pass'}).set_index('name')
+    return pd.DataFrame({'name': kept_names}).join(rates, on='name').assign(status=status)
+
 def select_problems(pool:list[dict], # problem records of the training pool
-                    verdicts:pd.DataFrame, # verdicts of the last measurement of the pool
+                    verdicts, # the last measurement of the pool: a verdicts DataFrame, or its `ProblemCounts`
                     protected:list[dict]=(), # problems that must never be trained on
                     lo:float=0.0, hi:float=0.75, # keep lo < p <= hi
                     include_zero:bool=False, max_zero:int=100, max_problems:int=300, seed:int=0,
-                   ) -> tuple[list[dict], dict, pd.DataFrame]:
+                    table:bool=True, # also build the per-problem DataFrame (pandas); `ei select` needs only the summary
+                   ) -> tuple[list[dict], dict, pd.DataFrame|None]:
     "Selected problem records (with `pass_rate`, `n_samples`, `n_pass`), a summary, and the per-problem table."
     if not 0 <= lo < hi <= 1: raise BadInput(f'need 0 <= lo < hi <= 1, got lo={lo}, hi={hi}')
-    rates = pass_rates(verdicts).set_index('name')
-    band = set(rates.index[(rates.pass_rate > lo) & (rates.pass_rate <= hi)])
-    zeros = _first_clean_zeros(pool, rates, list(protected), max_zero if include_zero else 0, seed)
+    counts = verdicts if isinstance(verdicts, ProblemCounts) else tally_frame(verdicts)
+    at = {n: i for i, n in enumerate(counts.name.tolist())}
+    rate = dict(zip(at, counts.pass_rate.tolist()))
+    band = {n for n, p in rate.items() if lo < p <= hi}
+    zeros = _first_clean_zeros(pool, rate, list(protected), max_zero if include_zero else 0, seed)
     kept, removed = decontaminate(pool, list(protected), band | zeros)
-    table = pd.DataFrame({'name': [p['name'] for p in kept]}).join(rates, on='name')
-    measured = table.dropna(subset=['pass_rate'])
-    in_band = measured[(measured.pass_rate > lo) & (measured.pass_rate <= hi)].copy()
-    zero = measured[measured.name.isin(zeros)].copy()
-    for part in (in_band, zero): part['rank'] = [_rank(seed, n) for n in part['name']]   # ranked: candidates only
-    zero = zero.sort_values('rank').head(max_zero if include_zero else 0)
-    chosen = pd.concat([in_band, zero]).sort_values('rank').head(max_problems)
-    by_name = {p['name']: p for p in kept}
-    selected = [dict(by_name[r.name], pass_rate=float(r.pass_rate), n_samples=int(r.n_samples), n_pass=int(r.n_pass))
-                for r in chosen.sort_values('name').itertuples()]
-    table['status'] = 'unmeasured'
-    table.loc[table.pass_rate.notna(), 'status'] = 'out of band'
-    table.loc[table.name.isin(in_band.name), 'status'] = 'in band'
-    table.loc[table.name.isin(chosen.name), 'status'] = 'selected'
-    summary = {'pool': len(pool), 'protected_removed': len(removed), 'unmeasured': int(table.pass_rate.isna().sum()),
-               'in_band': len(in_band), 'zero': int((measured.pass_rate == 0).sum()), 'above_band': int((measured.pass_rate > hi).sum()),
-               'zero_selected': int(chosen.name.isin(zero.name).sum()), 'selected': len(selected),
-               'unknown_verdict_names': int(len(set(rates.index) - {p['name'] for p in pool}))}
-    return selected, summary, table
+    kept_names, ranked = [p['name'] for p in kept], lambda n: _rank(seed, n)   # ranked: candidates only
+    pool_names = set(kept_names).union(p['name'] for p in removed)
+    in_band = [n for n in kept_names if n in band]
+    zero = sorted((n for n in kept_names if n in zeros), key=ranked)[:max_zero if include_zero else 0]
+    chosen = sorted(in_band + zero, key=ranked)[:max_problems]
+    by_name = dict(zip(kept_names, kept))
+    selected = [dict(by_name[n], pass_rate=rate[n], n_samples=int(counts.n[at[n]]), n_pass=int(counts.c[at[n]])) for n in sorted(chosen)]
+    measured = [rate[n] for n in kept_names if n in rate]
+    summary = {'pool': len(pool), 'protected_removed': len(removed), 'unmeasured': len(kept_names) - len(measured),
+               'in_band': len(in_band), 'zero': sum(p == 0 for p in measured), 'above_band': sum(p > hi for p in measured),
+               'zero_selected': len(set(zero) & set(chosen)), 'selected': len(selected),
+               'unknown_verdict_names': len(rate.keys() - pool_names)}
+    if not table: return selected, summary, None
+    return selected, summary, _band_table(kept_names, counts, _status(kept_names, rate, set(in_band), set(chosen)))
 
 # %% ../nbs/00_select.ipynb #b2f8e6a7
 def plot_band(table:pd.DataFrame, summary:dict, lo:float=0.0, hi:float=0.75, n_bins:int|None=None, ax=None):
@@ -130,11 +140,8 @@ def plot_band(table:pd.DataFrame, summary:dict, lo:float=0.0, hi:float=0.75, n_b
     return ax
 
 # %% ../nbs/00_select.ipynb #0db55d60
-def run_select(pool_path, results_path, out_path, protected_paths=(), lo=0.0, hi=0.75, include_zero=False,
-               max_zero=100, max_problems=300, seed=0,
-               extra_pool_paths=(), # more problem files of the pool, possibly empty (the conjectures 00b_conjecture kept)
-              ) -> tuple[dict, pd.DataFrame]:
-    "Read the inputs, select, write `out_path` atomically; raise `DataStop` when nothing is selected."
+def read_pool(pool_path, extra_pool_paths=()) -> list:
+    "The pool's problem records and those of the extra files; `BadInput` for a name twice across them."
     from ei_nb.jsonl_scan import scan_problems
     pool = scan_problems(pool_path) or read_problems(pool_path)   # checked in C; a statement is decoded only where it is read
     if extra_pool_paths:
@@ -144,16 +151,28 @@ def run_select(pool_path, results_path, out_path, protected_paths=(), lo=0.0, hi
             if (twice := next((p['name'] for p in extra if p['name'] in names), None)):
                 raise BadInput(f'{path}: problem {twice!r} is already in the pool')
             pool, names = list(pool) + extra, names | {p['name'] for p in extra}
-    protected = [p for path in protected_paths for p in read_problems(path)]
-    verdicts = read_frame(results_path, 'verdict', columns=['name', 'sample_idx', 'verdict'])
-    selected, summary, table = select_problems(pool, verdicts, protected, lo, hi, include_zero, max_zero, max_problems, seed)
+    return pool
+
+def run_select(pool_path, results_path, out_path, protected_paths=(), lo=0.0, hi=0.75, include_zero=False,
+               max_zero=100, max_problems=300, seed=0,
+               extra_pool_paths=(), # more problem files of the pool, possibly empty (the conjectures 00b_conjecture kept)
+               table:bool=True, # also return the per-problem DataFrame
+              ) -> tuple[dict, pd.DataFrame|None]:
+    "Read the inputs, select, write `out_path` atomically; raise `DataStop` when nothing is selected."
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as background:   # the verdicts are counted in C (no GIL) while the pool is read
+        counting = background.submit(verdict_counts, results_path)
+        pool = read_pool(pool_path, extra_pool_paths)
+        protected = [p for path in protected_paths for p in read_problems(path)]
+        counts = counting.result()
+    selected, summary, band = select_problems(pool, counts, protected, lo, hi, include_zero, max_zero, max_problems, seed, table)
     if not selected: raise DataStop(f'no problem in the pass-rate band ({lo} < p <= {hi}): {summary}')
     write_records(out_path, selected, 'problem')
-    return summary, table
+    return summary, band
 
 def select_cli(argv):
     "`ei select --pool FILE --results FILE --out FILE [--protected FILE ...] [--lo 0] [--hi 0.75] [--include-zero] [--max-zero N] [--max-problems N] [--seed S]`"
-    from ei_nb.cli import parser, unit_float, nonneg_int
+    from ei_nb.cli import parser, unit_float, nonneg_int, paused_gc
     p = parser('select', 'pick pool problems in the pass-rate band')
     p.add_argument('--pool', required=True); p.add_argument('--results', required=True, help='verdict records of the pool')
     p.add_argument('--out', required=True); p.add_argument('--protected', nargs='*', default=[])
@@ -164,6 +183,7 @@ def select_cli(argv):
     a = p.parse_args(argv)
     if not a.lo < a.hi: raise BadInput(f'--lo {a.lo} --hi {a.hi}: need lo < hi')
     check_output(a.out, [a.pool, a.results, *a.protected, *a.extra_pool])
-    summary, _ = run_select(a.pool, a.results, a.out, a.protected, a.lo, a.hi, a.include_zero, a.max_zero, a.max_problems, a.seed,
-                            a.extra_pool)
+    with paused_gc():   # 10^5 records and dicts, no cycles among them
+        summary, _ = run_select(a.pool, a.results, a.out, a.protected, a.lo, a.hi, a.include_zero, a.max_zero, a.max_problems,
+                                a.seed, a.extra_pool, table=False)
     return summary

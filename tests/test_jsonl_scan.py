@@ -315,3 +315,91 @@ def test_run_select_reads_the_pool_the_same(tmp_path, monkeypatch):
     assert out['1'][0] == out['0'][0] and out['1'][2] == out['0'][2]
     assert out['1'][0]['protected_removed'] > 0 and out['1'][0]['selected'] == 40
     pd.testing.assert_frame_equal(out['1'][1], out['0'][1])
+
+
+# ---- statement keys in C (`plain_key`): wherever the kernel answers, it answers what `statement_key` answers
+
+BLANKS = [' ', '  ', '\n', '\t', '\r\n', '\n\n  ', '\u00a0', '\u2003', '\u200a', '\u202f', '\u205f', '\u3000', '\u1680',
+          '\u2028', '\u2029', '\x85', '\x0b', '\x0c', '\x1c', '\x1f']
+TOKENS = ['--', '/-', '-/', "'", '!', '«', '»', 'throwError', 'dbg_trace', '"', '\\', '/', '-', ']', '@[', 'é', '∑',
+          ':= by', ':=by', 'by', ' := by', 'sorry']
+PREFIXES = ['', '@[simp] ', '@[simp]', '@[simp, norm_num]\n', 'private ', 'protected ', '@[simp] private ', '@[x ', 'noncomputable ']
+
+
+def statement_texts() -> list[str]:
+    "The theorem statements of the bundled sets, and whole published proof files (comments, strings, tactics)."
+    texts = [json.loads(l)['formal_statement'] for f in ('minif2f_dsp15.jsonl', 'minif2f_test_goedel_v2.jsonl', 'minif2f_valid_few_shot_dsp15.jsonl')
+             for l in _lines(shared_data(f))]
+    texts += [json.loads(l)['full_code'] for l in _lines(shared_data('deepseek_prover_v2_minif2f_solutions.jsonl'))]
+    texts += [json.loads(l)['code'] for l in _lines(shared_data('lean_workbook_goedel_proofs_kimina_verdicts.jsonl'))]
+    return texts
+
+
+def variant(rng, text: str) -> str:
+    "A seeded variant: blanks of every kind, a prefix, `lemma` for `theorem`, another tail, a token somewhere."
+    parts = text.split(' ')
+    for _ in range(rng.randrange(4)):
+        k = rng.randrange(len(parts)); parts[k] = parts[k] + rng.choice(BLANKS)
+    text = ' '.join(parts)
+    if rng.random() < 0.4: text = rng.choice(PREFIXES) + text.lstrip()
+    if rng.random() < 0.3: text = text.replace('theorem', rng.choice(['lemma', 'theorems', 'theorem\t', 'theorem  ']), 1)
+    if rng.random() < 0.3: text = text.rstrip().removesuffix('by').rstrip().removesuffix(':=') + rng.choice(['', ':=by', ' :=  by \n', ':= by sorry', ': = by', 'by'])
+    if rng.random() < 0.4:
+        k = rng.randrange(len(text) + 1); text = text[:k] + rng.choice(TOKENS) + text[k:]
+    return text
+
+
+def json_spans(texts: list[str], ensure_ascii: bool = False) -> tuple[bytes, list]:
+    "One JSON string per line, and where each string's raw content is: (offset, length), or -length-1 when it holds escapes."
+    data, spans = b'', []
+    for t in texts:
+        raw = json.dumps(t, ensure_ascii=ensure_ascii).encode()
+        spans.append([len(data) + 1, len(raw) - 2 if b'\\' not in raw else -(len(raw) - 2) - 1])
+        data += raw + b'\n'
+    return data, spans
+
+
+def test_plain_keys_are_the_statement_keys(tmp_path):
+    "Real statements and 6,000 seeded variants (raw and \\u-escaped JSON): every key the kernel computes is `statement_key`'s."
+    from ei_nb.core import statement_key
+    from ei_nb.jsonl_scan import plain_keys
+    rng = random.Random(11)
+    texts = statement_texts()
+    n_real = 799   # the formal statements come first: 488 + 244 + 67
+    assert all(t.rstrip().endswith(':= by') for t in texts[:n_real])
+    texts += [variant(rng, rng.choice(texts)) for _ in range(6000)]
+    want = [statement_key(t) for t in texts]
+    answered = {}
+    for ascii_only in (False, True):
+        got = plain_keys(*json_spans(texts, ascii_only))
+        wrong = [(t, k, w) for t, k, w in zip(texts, got, want) if k is not None and k != w]
+        assert not wrong, wrong[:3]
+        answered[ascii_only] = [k is not None for k in got]
+    assert sum(answered[False][:n_real]) > n_real // 2, sum(answered[False][:n_real])   # it answers for most real statements
+    assert answered[True] == answered[False]   # \\u escapes decoded: the same statements are answered
+
+
+def test_statement_keys_of_a_scanned_pool(tmp_path):
+    "`statement_keys` of `scan_problems` records (spans from the real scan) equals `statement_key` of each, C and Python mixed."
+    from ei_nb.core import statement_key
+    from ei_nb.jsonl_scan import statement_keys
+    rng = random.Random(12)
+    texts = [t for t in statement_texts() if t.rstrip().endswith(':= by')]
+    texts += [v.rstrip() + '\n' for v in (variant(rng, rng.choice(texts)) for _ in range(3000)) if v.rstrip().endswith(':= by')]
+    path = tmp_path / 'pool.jsonl'   # (a blank after the final `by` other than ASCII sends a file to the exact reader: not this test's point)
+    path.write_text(''.join(json.dumps({'name': f'p{i}', 'split': 'train', 'formal_statement': t, 'header': ''}, ensure_ascii=i % 3 == 0) + '\n'
+                            for i, t in enumerate(texts)), encoding='utf-8')
+    pool = scan_problems(path)
+    assert pool is not None and len(pool) == len(texts) > 2000
+    assert statement_keys(pool) == [statement_key(t) for t in texts]
+
+
+def test_every_blank_python_splits_at_is_refused_or_collapsed():
+    "Each of the characters `str.split` splits at, inside a statement, gives Python's key or no key at all."
+    from ei_nb.core import statement_key
+    from ei_nb.jsonl_scan import plain_keys
+    blanks = [chr(c) for c in range(0x110000) if chr(c).isspace()]
+    texts = [f'theorem t (x : ℕ){b}:{b}x = x :={b}by{b}' for b in blanks] + [f'theorem{b}t : x := by' for b in blanks]
+    got = plain_keys(*json_spans(texts))
+    assert [k for k in got if k is not None] == [statement_key(t) for t, k in zip(texts, got) if k is not None]
+    assert {t[17] for t, k in zip(texts[:len(blanks)], got) if k is not None} == {' ', '\n', '\t', '\r'}   # the four it collapses

@@ -27,6 +27,13 @@ def test_agrees_on_dense_special_characters(text):
     ref, error = reference_labels(text)
     if not error: assert labels(text) == ref
 
+@settings(max_examples=1500, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from([p for p in PIECES if not ('"' in p or "'" in p or '--' in p or '/-' in p)] + ['-', '/']), max_size=40).map(''.join))
+def test_texts_without_comment_or_literal_openers_are_all_code(text):
+    "`code_only`'s shortcut (no `--`, `/-`, quote or `'`) gives what the lexer gives: «», bangs, braces, raw-string `r#` only make code."
+    from ei_nb.lean_lex import _code_only, _plain
+    if _plain(text): assert code_only(text) == _code_only(text, spans(text)) == text, text
+
 @settings(max_examples=300, deadline=None)
 @given(mixtures)
 def test_spans_tile_the_text_and_code_only_keeps_lines(text):

@@ -470,3 +470,141 @@ void ejs_uniques(ctx_t *c, int i, uint8_t *arena, int64_t *off) {
   for (int64_t k = 0; k < t->n; k++) off[k] = t->off[k];
   off[t->n] = t->arena_len;
 }
+
+/* ---------------------------------------------------------------- statement keys */
+
+/* Whether [p, p+n) holds the bytes of the NUL-terminated `lit`. */
+static inline int holds(const uint8_t *p, int64_t n, const char *lit) {
+  int64_t k = (int64_t)strlen(lit);
+  if (n < k) return 0;
+  for (int64_t i = 0; i + k <= n; i++) if (p[i] == (uint8_t)lit[0] && memcmp(p + i, lit, k) == 0) return 1;
+  return 0;
+}
+
+static inline int begins(const uint8_t *p, int64_t n, const char *lit) {
+  int64_t k = (int64_t)strlen(lit);
+  return n >= k && memcmp(p, lit, k) == 0;
+}
+
+static inline int hex4(const uint8_t *p, uint32_t *v) {
+  *v = 0;
+  for (int k = 0; k < 4; k++) {
+    uint8_t h = p[k];
+    if (!is_hex(h)) return 0;
+    *v = *v * 16 + (h <= '9' ? h - '0' : (h | 32) - 'a' + 10);
+  }
+  return 1;
+}
+
+/* The character at s + *i of a JSON string's raw content [s, s+n) (validated): its code point, *i moved past it
+   (past an escape too); 0 for an escape that is not whole or a lone surrogate. */
+static inline uint32_t next_char(const uint8_t *s, int64_t *i, int64_t n) {
+  uint8_t c = s[*i];
+  if (c < 0x80 && c != '\\') { *i += 1; return c; }
+  if (c >= 0x80) {
+    int k = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+    if (*i + k > n) return 0;
+    uint32_t v = c & (0x7F >> k);
+    for (int j = 1; j < k; j++) v = (v << 6) | (s[*i + j] & 0x3F);
+    *i += k; return v;
+  }
+  if (*i + 1 >= n) return 0;
+  uint8_t d = s[*i + 1];
+  const char *simple = "\"\"\\\\//b\bf\fn\nr\rt\t";
+  for (int j = 0; simple[j]; j += 2) if (d == (uint8_t)simple[j]) { *i += 2; return (uint8_t)simple[j + 1]; }
+  uint32_t v, w;
+  if (d != 'u' || *i + 6 > n || !hex4(s + *i + 2, &v)) return 0;
+  *i += 6;
+  if (v >= 0xDC00 && v <= 0xDFFF) return 0;
+  if (v < 0xD800 || v > 0xDBFF) return v;
+  if (*i + 6 > n || s[*i] != '\\' || s[*i + 1] != 'u' || !hex4(s + *i + 2, &w) || w < 0xDC00 || w > 0xDFFF) return 0;
+  *i += 6;
+  return 0x10000 + ((v - 0xD800) << 10) + (w - 0xDC00);
+}
+
+/* 1 for the blanks a plain statement may hold (collapsed to one space), -1 for a character that makes it not plain:
+   every other character Python's str.split splits at, other controls, and what opens a literal (a quote, `'`);
+   0 for the rest. */
+static inline int char_class(uint32_t v) {
+  if (v == ' ' || v == '\n' || v == '\t' || v == '\r') return 1;
+  if (v < 0x20 || v == 0x7F || (v >= 0x80 && v <= 0xA0) || v == 0x1680 || (v >= 0x2000 && v <= 0x200A) || v == 0x2028 ||
+      v == 0x2029 || v == 0x202F || v == 0x205F || v == 0x3000) return -1;
+  if (v == '"' || v == '\'') return -1;
+  return 0;
+}
+
+static inline int64_t put_utf8(uint8_t *o, uint32_t v) {
+  if (v < 0x80) { o[0] = (uint8_t)v; return 1; }
+  if (v < 0x800) { o[0] = 0xC0 | (v >> 6); o[1] = 0x80 | (v & 0x3F); return 2; }
+  if (v < 0x10000) { o[0] = 0xE0 | (v >> 12); o[1] = 0x80 | ((v >> 6) & 0x3F); o[2] = 0x80 | (v & 0x3F); return 3; }
+  o[0] = 0xF0 | (v >> 18); o[1] = 0x80 | ((v >> 12) & 0x3F); o[2] = 0x80 | ((v >> 6) & 0x3F); o[3] = 0x80 | (v & 0x3F); return 4;
+}
+
+/* ei_nb.core.statement_key of a *plain* statement, computed from the raw content [s, s+n) of its JSON string (the
+   scan validated it: grammar, escapes, UTF-8). Plain means the Python key takes its shortest path:
+   - nothing that can open a comment or a literal (ei_nb.lean_lex._plain: no `--`, `/-`, quote or `'`), so the code
+     is the whole text;
+   - no blank but the space, \n, \t and \r: every other character that Python's str.split splits at makes it not
+     plain, as do the other control characters and U+0080..U+00A0.
+   Escapes (\uXXXX and surrogate pairs included) are decoded first. The key is then the text with its blank runs
+   collapsed to one space and its ends stripped (normalize_ws), a leading `[@[...]] [private |protected ]theorem|lemma
+   NAME` replaced by `theorem _` (core._DECL), and a final `:= by` dropped with the blank before it
+   (core._without_by_tail). It is written to out as UTF-8 (room for n + 16 bytes); returns its length, or -1 when
+   the statement is not plain and Python must key it. */
+static int64_t plain_key(const uint8_t *s, int64_t n, uint8_t *out) {
+  int64_t m = 0, i = 0;
+  int blank = 0;                       /* a blank run since the last character written */
+  while (i < n) {
+    uint32_t v = next_char(s, &i, n);
+    if (!v) return -1;
+    int cls = char_class(v);
+    if (cls < 0) return -1;
+    if (cls > 0) { blank = 1; continue; }
+    if (blank && m) out[m++] = ' ';
+    blank = 0;
+    m += put_utf8(out + m, v);          /* an escape is never longer than its UTF-8 bytes */
+  }
+  if (holds(out, m, "--") || holds(out, m, "/-")) return -1;   /* blanks collapse but never join: as in the text itself */
+  /* core._DECL on the normalised text: every optional part is fixed by its first bytes, so no backtracking is needed */
+  int64_t p = 0;
+  if (begins(out, m, "@[")) {
+    const uint8_t *r = memchr(out + 2, ']', m - 2);
+    p = r ? r - out + 1 : -1;
+    if (p > 0 && p < m && out[p] == ' ') p++;
+  }
+  if (p >= 0) {
+    if (begins(out + p, m - p, "private ")) p += 8;
+    else if (begins(out + p, m - p, "protected ")) p += 10;
+    if (begins(out + p, m - p, "theorem ")) p += 8;
+    else if (begins(out + p, m - p, "lemma ")) p += 6;
+    else p = -1;
+  }
+  if (p > 0 && p < m && out[p] != ' ') {     /* the name: one or more bytes up to the next blank */
+    int64_t e = p;
+    while (e < m && out[e] != ' ') e++;
+    memmove(out + 9, out + e, m - e);
+    memcpy(out, "theorem _", 9);
+    m = 9 + (m - e);
+  }
+  if (m >= 2 && out[m - 1] == 'y' && out[m - 2] == 'b') {      /* core._without_by_tail */
+    int64_t t = m - 2;
+    if (t > 0 && out[t - 1] == ' ') t--;
+    if (t >= 2 && out[t - 1] == '=' && out[t - 2] == ':') { t -= 2; if (t > 0 && out[t - 1] == ' ') t--; m = t; }
+  }
+  return m;
+}
+
+/* The keys of `count` statements: statement i is the raw content of a JSON string at data + off[i], len[i] bytes
+   (len[i] < 0: -len[i]-1 bytes holding escapes, as the scan's F_OUT_SPAN reports them). Key i is written to the arena
+   at key_off[i], key_len[i] bytes, or key_len[i] = -1 when the statement is not plain. The arena needs room for the
+   statements' bytes plus 16 per statement. */
+void ejs_plain_keys(const uint8_t *data, const int64_t *off, const int64_t *len, int64_t count, uint8_t *arena,
+                    int64_t *key_off, int64_t *key_len) {
+  int64_t at = 0;
+  for (int64_t i = 0; i < count; i++) {
+    int64_t n = len[i] < 0 ? -len[i] - 1 : len[i];
+    key_off[i] = at;
+    key_len[i] = plain_key(data + off[i], n, arena + at);
+    if (key_len[i] > 0) at += key_len[i];
+  }
+}
