@@ -57,7 +57,7 @@ def _bind(so:Path):
     lib.ejs_scan.restype = ctypes.c_int
     lib.ejs_n_unique.argtypes = [_P, ctypes.c_int, _P]; lib.ejs_n_unique.restype = ctypes.c_int64
     lib.ejs_uniques.argtypes = [_P, ctypes.c_int, _P, _P]; lib.ejs_uniques.restype = None
-    lib.ejs_plain_keys.argtypes = [_P, _P, _P, ctypes.c_int64, _P, _P, _P]; lib.ejs_plain_keys.restype = None
+    lib.ejs_plain_keys.argtypes = [_P, _P, _P, ctypes.c_int64, _P, _P, _P]; lib.ejs_plain_keys.restype = ctypes.c_int64
     return lib
 
 def scanner():
@@ -244,8 +244,8 @@ def json_string_at(data:bytes, at:int, n:int) -> str:
     return scanstring(data[at:at - n - 1].decode('utf-8') + '"', 0, True)[0]   # the json decoder's own string parser
 
 class _Lines:
-    "The bytes of a validated file, where each record's line starts, and where its statement is (offset, length)."
-    def __init__(self, data:bytes, starts:list, statements:list): self.data, self.starts, self.statements = data, starts, statements
+    "The bytes of a validated file, where each record's line starts, and where its statement is (offset, length; also as an array)."
+    def __init__(self, data:bytes, starts:list, spans:np.ndarray): self.data, self.starts, self.spans, self.statements = data, starts, spans, spans.tolist()
 
 class LazyRecord(Mapping):
     "A validated record: `name` at hand, `formal_statement` decoded alone on first use, the other fields from its line."
@@ -275,7 +275,7 @@ def scan_problems(path) -> list[LazyRecord]|None:
     if not s.feed(data, len(data) - skip, skip, skip): s.close(); return None
     names = s.finish().uniques('name')   # ids in order of first appearance: with no name twice, id i is row i
     if s.n == 0 or len(names) != s.n: return None   # a duplicate name: the exact reader says where
-    lines = _Lines(data, s.starts.tolist(), s.column('formal_statement').tolist())
+    lines = _Lines(data, s.starts.tolist(), s.column('formal_statement'))
     return [LazyRecord(n, lines, i) for i,n in enumerate(names)]
 
 # %% ../nbs/jsonl_scan.ipynb #eedf8abb
@@ -289,10 +289,10 @@ def plain_keys(data:bytes, # the bytes of a validated file
     off, length = np.ascontiguousarray(sp[:, 0]), np.ascontiguousarray(sp[:, 1])
     arena = np.empty(int(np.abs(length).sum()) + 16 * len(length) + 16, np.uint8)
     key_off, key_len = np.empty(len(length), np.int64), np.empty(len(length), np.int64)
-    lib.ejs_plain_keys(np.frombuffer(data, np.uint8).ctypes.data, off.ctypes.data, length.ctypes.data, len(length),
-                       arena.ctypes.data, key_off.ctypes.data, key_len.ctypes.data)
-    raw = arena.tobytes()
-    return [raw[a:a + n].decode('utf-8') if n >= 0 else None for a, n in zip(key_off.tolist(), key_len.tolist())]
+    used = lib.ejs_plain_keys(np.frombuffer(data, np.uint8).ctypes.data, off.ctypes.data, length.ctypes.data, len(length),
+                              arena.ctypes.data, key_off.ctypes.data, key_len.ctypes.data)
+    text = arena[:used].tobytes().decode('utf-8')   # one decode; the kernel counts each key's place in characters
+    return [text[a:a + n] if n >= 0 else None for a, n in zip(key_off.tolist(), key_len.tolist())]
 
 def statement_keys(records:list) -> list[str]:
     "`statement_key` of each record's `formal_statement`: in C for the plain statements of `scan_problems` records, in Python for the rest."
@@ -300,5 +300,6 @@ def statement_keys(records:list) -> list[str]:
     for i, r in enumerate(records):
         if type(r) is LazyRecord: groups.setdefault(id(r._lines), (r._lines, []))[1].append(i)
     for lines, idx in groups.values():
-        for i, k in zip(idx, plain_keys(lines.data, [lines.statements[records[i]._i] for i in idx])): keys[i] = k
+        rows = np.fromiter((records[i]._i for i in idx), np.int64, len(idx))
+        for i, k in zip(idx, plain_keys(lines.data, lines.spans[rows])): keys[i] = k
     return [statement_key(r['formal_statement']) if k is None else k for r, k in zip(records, keys)]

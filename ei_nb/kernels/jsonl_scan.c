@@ -473,14 +473,6 @@ void ejs_uniques(ctx_t *c, int i, uint8_t *arena, int64_t *off) {
 
 /* ---------------------------------------------------------------- statement keys */
 
-/* Whether [p, p+n) holds the bytes of the NUL-terminated `lit`. */
-static inline int holds(const uint8_t *p, int64_t n, const char *lit) {
-  int64_t k = (int64_t)strlen(lit);
-  if (n < k) return 0;
-  for (int64_t i = 0; i + k <= n; i++) if (p[i] == (uint8_t)lit[0] && memcmp(p + i, lit, k) == 0) return 1;
-  return 0;
-}
-
 static inline int begins(const uint8_t *p, int64_t n, const char *lit) {
   int64_t k = (int64_t)strlen(lit);
   return n >= k && memcmp(p, lit, k) == 0;
@@ -554,17 +546,31 @@ static inline int64_t put_utf8(uint8_t *o, uint32_t v) {
 static int64_t plain_key(const uint8_t *s, int64_t n, uint8_t *out) {
   int64_t m = 0, i = 0;
   int blank = 0;                       /* a blank run since the last character written */
+  uint8_t last = 0;                    /* the last byte written: `--` and `/-` are found as they are written (blanks
+                                          collapse but never join, so the text has them where the key has them) */
   while (i < n) {
-    uint32_t v = next_char(s, &i, n);
-    if (!v) return -1;
-    int cls = char_class(v);
-    if (cls < 0) return -1;
-    if (cls > 0) { blank = 1; continue; }
-    if (blank && m) out[m++] = ' ';
+    uint8_t c = s[i];
+    if (c > ' ' && c < 0x7F && c != '\\' && c != '"' && c != '\'') i++;   /* printable ASCII: the common case */
+    else {
+      uint32_t v = next_char(s, &i, n);
+      if (!v) return -1;
+      int cls = char_class(v);
+      if (cls < 0) return -1;
+      if (cls > 0) { blank = 1; continue; }
+      if (v >= 0x80) {
+        if (blank && m) out[m++] = ' ';
+        blank = 0;
+        m += put_utf8(out + m, v);      /* an escape is never longer than its UTF-8 bytes */
+        last = 0x80;
+        continue;
+      }
+      c = (uint8_t)v;
+    }
+    if (blank && m) { out[m++] = ' '; last = ' '; }
     blank = 0;
-    m += put_utf8(out + m, v);          /* an escape is never longer than its UTF-8 bytes */
+    if (c == '-' && (last == '-' || last == '/')) return -1;
+    out[m++] = last = c;
   }
-  if (holds(out, m, "--") || holds(out, m, "/-")) return -1;   /* blanks collapse but never join: as in the text itself */
   /* core._DECL on the normalised text: every optional part is fixed by its first bytes, so no backtracking is needed */
   int64_t p = 0;
   if (begins(out, m, "@[")) {
@@ -595,16 +601,21 @@ static int64_t plain_key(const uint8_t *s, int64_t n, uint8_t *out) {
 }
 
 /* The keys of `count` statements: statement i is the raw content of a JSON string at data + off[i], len[i] bytes
-   (len[i] < 0: -len[i]-1 bytes holding escapes, as the scan's F_OUT_SPAN reports them). Key i is written to the arena
-   at key_off[i], key_len[i] bytes, or key_len[i] = -1 when the statement is not plain. The arena needs room for the
+   (len[i] < 0: -len[i]-1 bytes holding escapes, as the scan's F_OUT_SPAN reports them). The keys are written one
+   after the other to the arena as UTF-8; key i starts key_off[i] characters into it and is key_len[i] characters
+   long, or key_len[i] = -1 when the statement is not plain. Returns the bytes written. The arena needs room for the
    statements' bytes plus 16 per statement. */
-void ejs_plain_keys(const uint8_t *data, const int64_t *off, const int64_t *len, int64_t count, uint8_t *arena,
-                    int64_t *key_off, int64_t *key_len) {
-  int64_t at = 0;
+int64_t ejs_plain_keys(const uint8_t *data, const int64_t *off, const int64_t *len, int64_t count, uint8_t *arena,
+                       int64_t *key_off, int64_t *key_len) {
+  int64_t at = 0, chars = 0;
   for (int64_t i = 0; i < count; i++) {
     int64_t n = len[i] < 0 ? -len[i] - 1 : len[i];
-    key_off[i] = at;
-    key_len[i] = plain_key(data + off[i], n, arena + at);
-    if (key_len[i] > 0) at += key_len[i];
+    int64_t m = plain_key(data + off[i], n, arena + at);
+    key_off[i] = chars; key_len[i] = m;
+    if (m < 0) continue;
+    int64_t c = 0;
+    for (int64_t j = 0; j < m; j++) c += (arena[at + j] & 0xC0) != 0x80;   /* characters: bytes that start one */
+    key_len[i] = c; chars += c; at += m;
   }
+  return at;
 }
