@@ -4,17 +4,22 @@
 Every measurement is its own process, started by this small process (Linux counts the RSS a child inherits at fork
 in its peak) and waited with `os.wait4`, so its peak RSS and CPU seconds are its own:
 - `ei`: the real commands, `ei select --pool --results --protected --out` then `ei stats --verified --k 1,8,32`
-  (validated reading with `ei_nb.core.read_frame`, which runs the C scanner of `ei_nb.jsonl_scan` first: JSON
+  (validated reading: `ei_nb.eval.verdict_counts` counts from the C scanner of `ei_nb.jsonl_scan`, which checks JSON
   grammar, UTF-8, duplicate keys in every object at any depth, types, finite numbers, duplicate (name, sample_idx)
-  pairs; the pool is read with `ei_nb.jsonl_scan.scan_problems`; then selection; pass@k).
-  rows/s = rows / (select s + stats s). Each command also pays its start (Python, pandas: about half a second).
+  pairs; the pool is read with `ei_nb.jsonl_scan.scan_problems` while the verdicts are counted; the candidates'
+  statements are keyed with `statement_keys`, in C where they are plain; then selection; pass@k; no pandas).
+  rows/s = rows / (select s + stats s), each the median of `--repeat` runs. Each command also pays its start
+  (the interpreter, numpy, the `ei` script: 0.1-0.2 s).
 - `pyarrow`: `pyarrow.json.read_json` of the three needed columns + a group-by, no validation (the floor of that path).
 - `stdlib`: a `json.loads` loop counting passes per problem.
 - `polars`: `scan_ndjson` of the three columns + a group-by, only when polars is installed (it keeps the first of
   two duplicate keys silently, so `ei_nb` does not use it; shown for scale).
 Wall seconds depend on what else runs on the machine; CPU seconds (user + sys) are printed beside them.
 
-    python bench/bench_select.py [--sizes 10000,30000,100000] [--samples 32] [--workdir DIR] [--check-cost]
+    python bench/bench_select.py [--sizes 10000,30000,100000] [--samples 32] [--repeat 3] [--workdir DIR] [--check-cost]
+
+The ratio `ei / pyarrow` (end-to-end rows/s of the two validated commands over one unvalidated pyarrow parse and
+group-by, in the same run) is printed beside the absolute numbers: it moves less with the machine's load.
 
 `--check-cost` also times, on the largest file, the C scanner alone (`scan_file` of the three columns, every check
 made) and the whole validated frame (`read_frame`), beside the pyarrow path's UTF-8 scan and parses.
@@ -54,6 +59,12 @@ def measured(cmd, env) -> dict:
     if p.returncode: sys.exit(f'{cmd[:3]} failed ({p.returncode}):\n{err[-3000:]}')
     return {'s': wall, 'cpu_s': ru.ru_utime + ru.ru_stime, 'peak_mib': ru.ru_maxrss / 1024,
             'out': (out.strip().splitlines() or [''])[-1]}
+
+
+def median_run(cmd, env, repeat: int) -> dict:
+    "`measured` `repeat` times: the run of median wall seconds (its CPU and peak are that run's; the peak is the largest seen)."
+    runs = sorted((measured(cmd, env) for _ in range(max(1, repeat))), key=lambda m: m['s'])
+    return dict(runs[len(runs) // 2], peak_mib=max(m['peak_mib'] for m in runs))
 
 
 def child(d: str, mode: str):
@@ -104,20 +115,21 @@ def check_cost(path: Path):
 
 
 def select_phases(d: Path):
-    "CPU seconds of the parts of `ei select` in this process: reading the pool and the verdicts, selecting, keying statements."
-    from ei_nb.core import read_frame, read_problems, shared_data
-    from ei_nb.jsonl_scan import scan_problems
-    from ei_nb.select import decontaminate, select_problems, pass_rates
+    "CPU seconds of the parts of `ei select` in this process, one after the other: the pool, the verdict counts, keying the candidates, selecting."
+    from ei_nb.core import read_problems, shared_data
+    from ei_nb.eval import verdict_counts
+    from ei_nb.jsonl_scan import scan_problems, statement_keys
+    from ei_nb.select import select_problems
     cpu, t = {}, time.process_time()
     def lap(name):
         nonlocal t
         cpu[name] = round(time.process_time() - t, 3); t = time.process_time()
     pool = scan_problems(d / 'pool.jsonl'); lap('pool (scan_problems)')
     protected = read_problems(shared_data('minif2f_dsp15.jsonl')); lap('protected')
-    v = read_frame(d / 'verdicts.jsonl', 'verdict', columns=['name', 'sample_idx', 'verdict']); lap('verdicts (read_frame)')
-    rates = pass_rates(v).set_index('name'); band = set(rates.index[(rates.pass_rate > 0) & (rates.pass_rate <= 0.75)]); lap('pass rates')
-    decontaminate(pool, protected, band); lap(f'decontaminate ({len(band)} candidates keyed)')
-    select_problems(pool, v, protected, 0.0, 0.75, True, 100, 300, 0); lap('select_problems (all of it, decontaminate again included)')
+    counts = verdict_counts(d / 'verdicts.jsonl'); lap('verdict counts (verdict_counts)')
+    band = {n for n, p in zip(counts.name.tolist(), counts.pass_rate.tolist()) if 0 < p <= 0.75}
+    keys = statement_keys([p for p in pool if p['name'] in band]); lap(f'statement_keys ({len(keys)} candidates)')
+    select_problems(pool, counts, protected, 0.0, 0.75, True, 100, 300, 0, table=False); lap('select_problems (keying again included)')
     print(json.dumps({'select_phases_cpu_s': cpu}))
 
 
@@ -125,6 +137,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--sizes', default='10000,30000,100000')
     ap.add_argument('--samples', type=int, default=32)
+    ap.add_argument('--repeat', type=int, default=3, help='runs of each ei command per size (the median is reported)')
     ap.add_argument('--workdir', default=None)
     ap.add_argument('--check-cost', action='store_true')
     ap.add_argument('--child', nargs=2, help=argparse.SUPPRESS)
@@ -143,26 +156,27 @@ def main():
         made = subprocess.run([sys.executable, __file__, '--make', str(d), str(n), str(a.samples)], env=env, capture_output=True, text=True)
         if made.returncode: sys.exit(made.stderr)
         n_rows = int(made.stdout.split()[-1])   # made in a child: this process stays small, and a child's peak RSS is its own
-        sel = measured([ei, 'select', '--pool', str(d/'pool.jsonl'), '--results', str(d/'verdicts.jsonl'), '--protected', str(protected),
-                        '--out', str(d/'selected.jsonl'), '--include-zero', '--max-problems', '300'], env)
-        st = measured([ei, 'stats', '--verified', str(d/'verdicts.jsonl'), '--k', '1,8,32'], env)
+        sel = median_run([ei, 'select', '--pool', str(d/'pool.jsonl'), '--results', str(d/'verdicts.jsonl'), '--protected', str(protected),
+                          '--out', str(d/'selected.jsonl'), '--include-zero', '--max-problems', '300'], env, a.repeat)
+        st = median_run([ei, 'stats', '--verified', str(d/'verdicts.jsonl'), '--k', '1,8,32'], env, a.repeat)
         r = {'problems': n, 'rows': n_rows, 'select_s': sel['s'], 'stats_s': st['s'], 'ei_cpu_s': sel['cpu_s'] + st['cpu_s'],
              'ei_rows_per_s': n_rows / (sel['s'] + st['s']), 'ei_rows_per_cpu_s': n_rows / (sel['cpu_s'] + st['cpu_s']),
              'ei_peak_mib': max(sel['peak_mib'], st['peak_mib']), 'solved': json.loads(st['out'])['solved']}
         for m in modes:
             res = measured([sys.executable, __file__, '--child', str(d), m], env)
             r |= {f'{m}_rows_per_s': n_rows / res['s'], f'{m}_rows_per_cpu_s': n_rows / res['cpu_s'], f'{m}_peak_mib': res['peak_mib']}
+        r['ei_over_pyarrow'] = r['ei_rows_per_s'] / r['pyarrow_rows_per_s']
         rows_out.append(r)
         print(json.dumps(r), flush=True)
         if a.check_cost and n == max(int(s) for s in a.sizes.split(',')): check_cost(d/'verdicts.jsonl')
         shutil.rmtree(d)
     head = ' | '.join(f'{m} M rows/s (per CPU s)' for m in modes)
-    print(f'\n| problems | rows | ei select + stats s | ei M rows/s (per CPU s) | ei peak MiB | {head} |')
-    print('|---|---|---|---|---|' + '---|' * len(modes))
+    print(f'\n| problems | rows | ei select + stats s | ei M rows/s (per CPU s) | ei / pyarrow | ei peak MiB | {head} |')
+    print('|---|---|---|---|---|---|' + '---|' * len(modes))
     for r in rows_out:
         other = ' | '.join(f"{r[f'{m}_rows_per_s']/1e6:.2f} ({r[f'{m}_rows_per_cpu_s']/1e6:.2f})" for m in modes)
         print(f"| {r['problems']:,} | {r['rows']:,} | {r['select_s']:.2f} + {r['stats_s']:.2f} | {r['ei_rows_per_s']/1e6:.2f} "
-              f"({r['ei_rows_per_cpu_s']/1e6:.2f}) | {r['ei_peak_mib']:.0f} | {other} |")
+              f"({r['ei_rows_per_cpu_s']/1e6:.2f}) | {r['ei_over_pyarrow']:.2f} | {r['ei_peak_mib']:.0f} | {other} |")
 
 
 def _has(mod):

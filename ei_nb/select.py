@@ -108,7 +108,7 @@ def select_problems(pool:list[dict], # problem records of the training pool
     kept_names, ranked = [p['name'] for p in kept], lambda n: _rank(seed, n)   # ranked: candidates only
     pool_names = set(kept_names).union(p['name'] for p in removed)
     in_band = [n for n in kept_names if n in band]
-    zero = sorted((n for n in kept_names if n in zeros), key=ranked)[:max_zero if include_zero else 0]
+    zero = sorted((n for n in kept_names if n in zeros), key=ranked)[:max_zero]   # (no more: zeros holds at most max_zero clean ones)
     chosen = sorted(in_band + zero, key=ranked)[:max_problems]
     by_name = dict(zip(kept_names, kept))
     selected = [dict(by_name[n], pass_rate=rate[n], n_samples=int(counts.n[at[n]]), n_pass=int(counts.c[at[n]])) for n in sorted(chosen)]
