@@ -9,7 +9,8 @@ in its peak) and waited with `os.wait4`, so its peak RSS and CPU seconds are its
   pairs; the pool is read with `ei_nb.jsonl_scan.scan_problems` while the verdicts are counted; the candidates'
   statements are keyed with `statement_keys`, in C where they are plain; then selection; pass@k; no pandas).
   rows/s = rows / (select s + stats s), each the median of `--repeat` runs. Each command also pays its start
-  (the interpreter, numpy, the `ei` script: 0.1-0.2 s).
+  (the interpreter, numpy, the `ei` script: about 0.1 s). The `ei` beside this interpreter is run, as in an activated
+  virtual environment; a version manager's shim in front of it (pyenv's) adds about 0.1 s a call on top.
 - `pyarrow`: `pyarrow.json.read_json` of the three needed columns + a group-by, no validation (the floor of that path).
 - `stdlib`: a `json.loads` loop counting passes per problem.
 - `polars`: `scan_ndjson` of the three columns + a group-by, only when polars is installed (it keeps the first of
@@ -146,7 +147,9 @@ def main():
     if a.child: return child(*a.child)
     if a.make: return print(make_files(Path(a.make[0]), int(a.make[1]), int(a.make[2])))
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(REPO))
-    ei = shutil.which('ei') or 'ei'
+    beside = Path(sys.executable).parent / 'ei'   # the console script itself: a version manager's shim (pyenv's) adds ~0.1 s a call
+    ei = str(beside) if beside.exists() else shutil.which('ei') or 'ei'
+    print(json.dumps({'ei': ei}))
     from ei_nb.core import shared_data
     protected = shared_data('minif2f_dsp15.jsonl')
     modes = ['pyarrow', 'stdlib'] + (['polars'] if _has('polars') else [])

@@ -63,11 +63,11 @@ def tally(name_codes, # per sample: its problem, as an index into `names` (-1: n
           verdicts, # the distinct verdict values
          ) -> ProblemCounts:
     "Samples and passes per problem, from coded columns; only a `pass` verdict counts."
-    name_codes = np.asarray(name_codes, np.int64)
-    passed = np.array([v == 'pass' for v in verdicts] + [False], bool)[np.asarray(verdict_codes, np.int64)]   # code -1: the appended False
-    measured = name_codes >= 0
-    n = np.bincount(name_codes[measured], minlength=len(names))
-    c = np.bincount(name_codes[measured & passed], minlength=len(names))
+    name_codes = np.asarray(name_codes)
+    passed = np.array([v == 'pass' for v in verdicts] + [False], bool)[np.asarray(verdict_codes)]   # code -1: the appended False
+    if len(name_codes) and name_codes.min() < 0: name_codes, passed = name_codes[name_codes >= 0], passed[name_codes >= 0]
+    n = np.bincount(name_codes, minlength=len(names))
+    c = np.bincount(name_codes, weights=passed, minlength=len(names)).astype(np.int64)   # exact: counts far below 2**53
     names, seen = np.asarray(list(names), object), n > 0
     order = _name_order(names[seen])
     return ProblemCounts(names[seen][order], n[seen][order], c[seen][order])

@@ -189,7 +189,7 @@ def _merge(parts:list[_Scan]) -> _Scan:
     first.n = sum(p.n for p in parts)
     return first
 
-def scan_file(path, kind:str, columns=(), starts:bool=False, block:int=16 << 20, parts:int|None=None) -> _Scan|None:
+def scan_file(path, kind:str, columns=(), starts:bool=False, block:int=1 << 20, parts:int|None=None) -> _Scan|None:
     "The finished scan of the JSON Lines file `path`, or None if a line is not surely valid or there is no scanner."
     lib, specs = scanner(), field_specs(kind, columns)
     if lib is None or specs is None: return None

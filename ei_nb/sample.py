@@ -447,7 +447,7 @@ def sample_cli(argv):
                             a.max_prompt_frac, settings={'model': str(Path(a.model).resolve()), **verifier_settings(a)}, log=say)
 
 # %% ../nbs/01b_sample.ipynb #46fea2da
-import itertools, os, urllib.error, urllib.request
+import itertools, os
 from concurrent.futures import ThreadPoolExecutor as _Pool
 from .core import StageFailed
 
@@ -457,6 +457,7 @@ def openai_endpoints(endpoints=None) -> list[str]:
     return [e.strip().rstrip('/') if e.strip().rstrip('/').endswith('/v1') else e.strip().rstrip('/') + '/v1' for e in eps]
 
 def _http_json(url:str, payload:dict|None=None, timeout:float=60, api_key:str|None=None):
+    import urllib.request   # here, not at import: `ei stats` and `ei select` import this module and never call a server
     headers = {'Content-Type': 'application/json', **({'Authorization': f'Bearer {api_key}'} if api_key else {})}
     req = urllib.request.Request(url, data=None if payload is None else json.dumps(payload).encode(), headers=headers,
                                  method='GET' if payload is None else 'POST')
@@ -530,6 +531,7 @@ class OpenAISampler:
     def _count(self, text:str) -> int: return len(self.tokenizer(text, add_special_tokens=False)['input_ids'])
 
     def _one(self, prompt:str, params:SampleParams, seed:int) -> list[dict]:
+        import urllib.error
         body, errors = completion_request(prompt, params, seed, self.model), []
         for attempt in range(self.retries * len(self.endpoints)):
             with self._lock: i = next(self._next); self.hits[i] += 1
