@@ -244,8 +244,8 @@ def json_string_at(data:bytes, at:int, n:int) -> str:
     return scanstring(data[at:at - n - 1].decode('utf-8') + '"', 0, True)[0]   # the json decoder's own string parser
 
 class _Lines:
-    "The bytes of a validated file, where each record's line starts, and where its statement is (offset, length; also as an array)."
-    def __init__(self, data:bytes, starts:list, spans:np.ndarray): self.data, self.starts, self.spans, self.statements = data, starts, spans, spans.tolist()
+    "The bytes of a validated file, where each record's line starts, and where its statement is (offset, length), as arrays."
+    def __init__(self, data:bytes, starts:np.ndarray, spans:np.ndarray): self.data, self.starts, self.spans = data, starts, spans
 
 class LazyRecord(Mapping):
     "A validated record: `name` at hand, `formal_statement` decoded alone on first use, the other fields from its line."
@@ -253,14 +253,14 @@ class LazyRecord(Mapping):
     def __init__(self, name:str, lines:_Lines, i:int): self.name, self._lines, self._i, self._row = name, lines, i, None
     def _full(self) -> dict:
         if self._row is None:
-            data, at = self._lines.data, self._lines.starts[self._i]
+            data, at = self._lines.data, int(self._lines.starts[self._i])
             end = data.find(b'\n', at)
             self._row = decode_line(data[at:None if end < 0 else end], '<validated>', 0)
         return self._row
     def __getitem__(self, k):
         if k == 'name': return self.name
         if k == 'formal_statement' and self._row is None:
-            return json_string_at(self._lines.data, *self._lines.statements[self._i])
+            return json_string_at(self._lines.data, *self._lines.spans[self._i].tolist())
         return self._full()[k]
     def __iter__(self): return iter(self._full())
     def __len__(self): return len(self._full())
@@ -275,7 +275,7 @@ def scan_problems(path) -> list[LazyRecord]|None:
     if not s.feed(data, len(data) - skip, skip, skip): s.close(); return None
     names = s.finish().uniques('name')   # ids in order of first appearance: with no name twice, id i is row i
     if s.n == 0 or len(names) != s.n: return None   # a duplicate name: the exact reader says where
-    lines = _Lines(data, s.starts.tolist(), s.column('formal_statement'))
+    lines = _Lines(data, s.starts, s.column('formal_statement'))   # arrays: a record reads its own entries when asked
     return [LazyRecord(n, lines, i) for i,n in enumerate(names)]
 
 # %% ../nbs/jsonl_scan.ipynb #eedf8abb
