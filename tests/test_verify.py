@@ -1,7 +1,7 @@
 """Tests of `ei_nb.verify` (issue 3). Three kinds, labelled as such:
 
 - PRE-CHECK tests (no Lean needed): table-driven cheats and legitimate proofs built on the real
-  statements and proofs of `../shared/data`, the full few-shot and DeepSeek-Prover-V2 sets, `ei verify`.
+  statements and proofs bundled in `ei_nb/data`, the full few-shot and DeepSeek-Prover-V2 sets, `ei verify`.
 - FAULT-INJECTION tests (`TestFaultInjection*`): the process layer driven by `tests/fake_repl.py`, a fake
   REPL/`lean`/server that runs NO Lean. They prove timeouts, restarts, recycling, header reuse, caching,
   streaming, and that no fault is ever a `pass`. They are not evidence about Lean itself.
