@@ -212,6 +212,45 @@ static int scan_literal(const uint8_t **pp, const uint8_t *e, const char *lit, i
   return 1;
 }
 
+#define NOT_A_CHAR 0xFFFFFFFFu
+
+static inline int hex4(const uint8_t *p, uint32_t *v) {
+  *v = 0;
+  for (int k = 0; k < 4; k++) {
+    uint8_t h = p[k];
+    if (!is_hex(h)) return 0;
+    *v = *v * 16 + (h <= '9' ? h - '0' : (h | 32) - 'a' + 10);
+  }
+  return 1;
+}
+
+/* The character at s + *i of a JSON string's raw content [s, s+n) (validated): its code point, *i moved past it
+   (past an escape too); NOT_A_CHAR for a lone surrogate (*i past its escape), or for bytes that are not whole
+   (*i at the end: the scan validated every string these are called on, so that cannot happen). */
+static inline uint32_t next_char(const uint8_t *s, int64_t *i, int64_t n) {
+  uint8_t c = s[*i];
+  if (c < 0x80 && c != '\\') { *i += 1; return c; }
+  if (c >= 0x80) {
+    int k = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+    if (*i + k > n) { *i = n; return NOT_A_CHAR; }
+    uint32_t v = c & (0x7F >> k);
+    for (int j = 1; j < k; j++) v = (v << 6) | (s[*i + j] & 0x3F);
+    *i += k; return v;
+  }
+  if (*i + 1 >= n) { *i = n; return NOT_A_CHAR; }
+  uint8_t d = s[*i + 1];
+  const char *simple = "\"\"\\\\//b\bf\fn\nr\rt\t";
+  for (int j = 0; simple[j]; j += 2) if (d == (uint8_t)simple[j]) { *i += 2; return (uint8_t)simple[j + 1]; }
+  uint32_t v, w;
+  if (d != 'u' || *i + 6 > n || !hex4(s + *i + 2, &v)) { *i = n; return NOT_A_CHAR; }
+  *i += 6;
+  if (v >= 0xDC00 && v <= 0xDFFF) return NOT_A_CHAR;
+  if (v < 0xD800 || v > 0xDBFF) return v;
+  if (*i + 6 > n || s[*i] != '\\' || s[*i + 1] != 'u' || !hex4(s + *i + 2, &w) || w < 0xDC00 || w > 0xDFFF) return NOT_A_CHAR;
+  *i += 6;
+  return 0x10000 + ((v - 0xD800) << 10) + (w - 0xDC00);
+}
+
 /* Whether the decoded string [s, s+n) surely matches Python's `:=\s*by\s*$`; 0 means "not sure" (defer). */
 static int by_end(ctx_t *c, const uint8_t *s, int32_t n) {
   if (c->scratch_cap < n) {
@@ -219,17 +258,9 @@ static int by_end(ctx_t *c, const uint8_t *s, int32_t n) {
     c->scratch = b; c->scratch_cap = n;
   }
   uint8_t *o = c->scratch; int64_t m = 0;
-  for (int32_t i = 0; i < n; ) {     /* decode escapes; any non-ASCII character becomes 0x80 (not whitespace we know) */
-    uint8_t ch = s[i];
-    if (ch != '\\') { o[m++] = ch >= 0x80 ? 0x80 : ch; i++; continue; }
-    uint8_t d = s[i + 1];
-    if (d == 'u') {
-      unsigned v = 0;
-      for (int k = 2; k < 6; k++) { uint8_t h = s[i + k]; v = v * 16 + (h <= '9' ? h - '0' : (h | 32) - 'a' + 10); }
-      o[m++] = v < 0x80 ? (uint8_t)v : 0x80; i += 6; continue;
-    }
-    o[m++] = d == 'b' ? 8 : d == 'f' ? 12 : d == 'n' ? 10 : d == 'r' ? 13 : d == 't' ? 9 : d;
-    i += 2;
+  for (int64_t i = 0; i < n; ) {     /* escapes decoded; any non-ASCII character (or lone surrogate) becomes 0x80 */
+    uint32_t v = next_char(s, &i, n);
+    o[m++] = v < 0x80 ? (uint8_t)v : 0x80;
   }
 #define WS(x) ((x) == ' ' || ((x) >= 9 && (x) <= 13) || ((x) >= 0x1c && (x) <= 0x1f))
   while (m > 0 && WS(o[m - 1])) m--;
@@ -478,42 +509,6 @@ static inline int begins(const uint8_t *p, int64_t n, const char *lit) {
   return n >= k && memcmp(p, lit, k) == 0;
 }
 
-static inline int hex4(const uint8_t *p, uint32_t *v) {
-  *v = 0;
-  for (int k = 0; k < 4; k++) {
-    uint8_t h = p[k];
-    if (!is_hex(h)) return 0;
-    *v = *v * 16 + (h <= '9' ? h - '0' : (h | 32) - 'a' + 10);
-  }
-  return 1;
-}
-
-/* The character at s + *i of a JSON string's raw content [s, s+n) (validated): its code point, *i moved past it
-   (past an escape too); 0 for an escape that is not whole or a lone surrogate. */
-static inline uint32_t next_char(const uint8_t *s, int64_t *i, int64_t n) {
-  uint8_t c = s[*i];
-  if (c < 0x80 && c != '\\') { *i += 1; return c; }
-  if (c >= 0x80) {
-    int k = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-    if (*i + k > n) return 0;
-    uint32_t v = c & (0x7F >> k);
-    for (int j = 1; j < k; j++) v = (v << 6) | (s[*i + j] & 0x3F);
-    *i += k; return v;
-  }
-  if (*i + 1 >= n) return 0;
-  uint8_t d = s[*i + 1];
-  const char *simple = "\"\"\\\\//b\bf\fn\nr\rt\t";
-  for (int j = 0; simple[j]; j += 2) if (d == (uint8_t)simple[j]) { *i += 2; return (uint8_t)simple[j + 1]; }
-  uint32_t v, w;
-  if (d != 'u' || *i + 6 > n || !hex4(s + *i + 2, &v)) return 0;
-  *i += 6;
-  if (v >= 0xDC00 && v <= 0xDFFF) return 0;
-  if (v < 0xD800 || v > 0xDBFF) return v;
-  if (*i + 6 > n || s[*i] != '\\' || s[*i + 1] != 'u' || !hex4(s + *i + 2, &w) || w < 0xDC00 || w > 0xDFFF) return 0;
-  *i += 6;
-  return 0x10000 + ((v - 0xD800) << 10) + (w - 0xDC00);
-}
-
 /* 1 for the blanks a plain statement may hold (collapsed to one space), -1 for a character that makes it not plain:
    every other character Python's str.split splits at, other controls, and what opens a literal (a quote, `'`);
    0 for the rest. */
@@ -553,7 +548,7 @@ static int64_t plain_key(const uint8_t *s, int64_t n, uint8_t *out) {
     if (c > ' ' && c < 0x7F && c != '\\' && c != '"' && c != '\'') i++;   /* printable ASCII: the common case */
     else {
       uint32_t v = next_char(s, &i, n);
-      if (!v) return -1;
+      if (v == NOT_A_CHAR) return -1;      /* (a NUL, like every control character, is refused by char_class) */
       int cls = char_class(v);
       if (cls < 0) return -1;
       if (cls > 0) { blank = 1; continue; }
