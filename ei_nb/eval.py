@@ -8,9 +8,9 @@ import numpy as np
 from .core import BadInput, read_frame
 
 # %% auto #0
-__all__ = ['pass_at_k', 'pass_at_k_array', 'ProblemCounts', 'tally', 'tally_frame', 'problem_counts', 'pass_at_k_mean', 'score',
-           'verdict_counts', 'stats_cli', 'check_scored_set', 'eval_summary', 'plot_pass_counts', 'plot_lengths',
-           'plot_eval', 'figure_image', 'run_eval', 'eval_cli']
+__all__ = ['pass_at_k', 'pass_at_k_array', 'ProblemCounts', 'tally', 'tally_frame', 'counts_of', 'problem_counts',
+           'pass_at_k_mean', 'score', 'verdict_counts', 'stats_cli', 'check_scored_set', 'eval_summary',
+           'plot_pass_counts', 'plot_lengths', 'plot_eval', 'figure_image', 'run_eval', 'eval_cli']
 
 # %% ../nbs/04_eval.ipynb #9510063f
 def pass_at_k(n:int, # samples of the problem
@@ -51,26 +51,22 @@ class ProblemCounts:
         import pandas as pd
         return pd.DataFrame({'name': self.name, 'n': self.n, 'c': self.c, 'pass_rate': self.pass_rate})
 
-def _name_order(names:np.ndarray) -> np.ndarray:
-    "Indices that sort `names` (Python's string order); a file written in name order needs no sort."
-    listed = names.tolist()
-    if all(a < b for a, b in zip(listed, listed[1:])): return np.arange(len(listed))
-    return np.argsort(names, kind='stable')
-
 def tally(name_codes, # per sample: its problem, as an index into `names` (-1: none)
           names, # the distinct problem names
           verdict_codes, # per sample: its verdict, as an index into `verdicts` (-1: none)
           verdicts, # the distinct verdict values
          ) -> ProblemCounts:
     "Samples and passes per problem, from coded columns; only a `pass` verdict counts."
+    from ei_nb.jsonl_scan import string_order
     name_codes = np.asarray(name_codes)
     passed = np.array([v == 'pass' for v in verdicts] + [False], bool)[np.asarray(verdict_codes)]   # code -1: the appended False
     if len(name_codes) and name_codes.min() < 0: name_codes, passed = name_codes[name_codes >= 0], passed[name_codes >= 0]
     n = np.bincount(name_codes, minlength=len(names))
     c = np.bincount(name_codes, weights=passed, minlength=len(names)).astype(np.int64)   # exact: counts far below 2**53
-    names, seen = np.asarray(list(names), object), n > 0
-    order = _name_order(names[seen])
-    return ProblemCounts(names[seen][order], n[seen][order], c[seen][order])
+    seen = n > 0
+    names, n, c = np.asarray(list(names), object)[seen], n[seen], c[seen]
+    if (order := string_order(names.tolist())) is not None: names, n, c = names[order], n[order], c[order]
+    return ProblemCounts(names, n, c)
 
 # %% ../nbs/04_eval.ipynb #30a0b843
 def _coded(column) -> tuple[np.ndarray, list]:
@@ -83,6 +79,10 @@ def _coded(column) -> tuple[np.ndarray, list]:
 def tally_frame(verdicts) -> ProblemCounts:
     "`tally` of a verdicts DataFrame (`name`, `verdict` columns)."
     return tally(*_coded(verdicts['name']), *_coded(verdicts['verdict']))
+
+def counts_of(verdicts) -> ProblemCounts:
+    "`verdicts` if they are `ProblemCounts` already, else the counts of that verdicts DataFrame."
+    return verdicts if isinstance(verdicts, ProblemCounts) else tally_frame(verdicts)
 
 def problem_counts(verdicts) -> 'pd.DataFrame':
     "One row per problem: `n` samples, `c` passes, `pass_rate` (verdicts as a DataFrame)."
@@ -99,16 +99,19 @@ def pass_at_k_mean(counts, # `ProblemCounts`, or a DataFrame of `problem_counts`
 def score(verdicts, # a verdicts DataFrame, or their `ProblemCounts`
           ks=(1,)) -> dict:
     "solved@n, the number of problems and pass@k for each k of `ks`."
-    counts = verdicts if isinstance(verdicts, ProblemCounts) else tally_frame(verdicts)
+    counts = counts_of(verdicts)
     return {'solved': int((counts['c'] > 0).sum()), 'n_problems': int(len(counts)),
             'pass_at_k': {str(k): pass_at_k_mean(counts, k) for k in ks}}
 
 # %% ../nbs/04_eval.ipynb #e0b3242e
 def verdict_counts(path) -> ProblemCounts:
     "The `ProblemCounts` of a verdict file, validated as `read_frame` validates it (no pandas when the C scanner is sure)."
-    from ei_nb.jsonl_scan import scan_columns
-    cols = scan_columns(path, 'verdict', ['name', 'sample_idx', 'verdict'])
-    if cols is None: return tally_frame(read_frame(path, 'verdict', columns=['name', 'sample_idx', 'verdict']))
+    from ei_nb.core import _frame_of, read_records
+    from ei_nb.jsonl_scan import scan_columns, scanner
+    wanted = ['name', 'sample_idx', 'verdict']
+    if scanner() is None: return tally_frame(read_frame(path, 'verdict', columns=wanted))   # pyarrow, then the exact reader
+    cols = scan_columns(path, 'verdict', wanted)
+    if cols is None: return tally_frame(_frame_of(read_records(path, 'verdict'), 'verdict', wanted))   # not rescanned: the exact reader decides
     return tally(*cols['name'], *cols['verdict'])
 
 def stats_cli(argv):

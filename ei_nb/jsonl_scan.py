@@ -15,7 +15,7 @@ from .average_kernel import c_library
 # %% auto #0
 __all__ = ['T_STR', 'T_INT', 'T_FLOAT', 'T_BOOL', 'T_NULL', 'T_LIST', 'F_REQUIRED', 'F_OUT_STR', 'F_OUT_INT', 'F_NONNEG',
            'F_BY_END', 'F_OUT_SPAN', 'type_classes', 'field_specs', 'scanner', 'scan_bytes', 'scan_file',
-           'scan_columns', 'scan_frame', 'json_string_at', 'LazyRecord', 'scan_problems', 'plain_keys',
+           'string_order', 'scan_columns', 'scan_frame', 'json_string_at', 'LazyRecord', 'scan_problems', 'plain_keys',
            'statement_keys']
 
 # %% ../nbs/jsonl_scan.ipynb #59f75b95
@@ -214,11 +214,15 @@ def _unique_keys(codes:np.ndarray, idx:np.ndarray|None) -> bool:
     key = codes.astype(np.int64) * (int(idx.max()) + 1 if len(idx) else 1) + idx
     return bool(np.all(key[1:] > key[:-1])) or len(np.unique(key)) == len(key)
 
+def string_order(values:list[str]) -> np.ndarray|None:
+    "Indices that sort the distinct `values` in Python's string order; None when they are in order already (a file written sorted)."
+    if all(a < b for a, b in zip(values, values[1:])): return None
+    return np.argsort(np.array(values, object), kind='stable')   # objects: compared as Python compares str
+
 def _categorical(codes:np.ndarray, values:list[str]):
     "A pandas categorical with sorted categories (as `astype('category')` makes them) from first-appearance codes."
     import pandas as pd
-    if all(a < b for a,b in zip(values, values[1:])): return pd.Categorical.from_codes(codes, categories=pd.Index(values))   # written in order
-    order = np.argsort(np.array(values), kind='stable')   # code point order, as Python sorts str (values hold no NUL: JSON escapes it)
+    if (order := string_order(values)) is None: return pd.Categorical.from_codes(codes, categories=pd.Index(values))
     rank = np.empty(len(values), np.int32); rank[order] = np.arange(len(values), dtype=np.int32)
     return pd.Categorical.from_codes(rank[codes], categories=pd.Index([values[i] for i in order]))
 

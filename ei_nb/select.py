@@ -8,7 +8,7 @@ import hashlib
 from pathlib import Path
 import numpy as np
 from .core import BadInput, DataStop, check_output, read_problems, statement_key, write_records
-from .eval import ProblemCounts, problem_counts, tally_frame, verdict_counts
+from .eval import ProblemCounts, counts_of, problem_counts, verdict_counts
 
 # %% auto #0
 __all__ = ['pass_rates', 'sampled_by', 'measurement_sources', 'merge_measurements', 'protected_index', 'decontaminate',
@@ -99,7 +99,7 @@ def select_problems(pool:list[dict], # problem records of the training pool
                    ) -> tuple[list[dict], dict, pd.DataFrame|None]:
     "Selected problem records (with `pass_rate`, `n_samples`, `n_pass`), a summary, and the per-problem table."
     if not 0 <= lo < hi <= 1: raise BadInput(f'need 0 <= lo < hi <= 1, got lo={lo}, hi={hi}')
-    counts = verdicts if isinstance(verdicts, ProblemCounts) else tally_frame(verdicts)
+    counts = counts_of(verdicts)
     at = {n: i for i, n in enumerate(counts.name.tolist())}
     rate = dict(zip(at, counts.pass_rate.tolist()))
     band = {n for n, p in rate.items() if lo < p <= hi}
