@@ -4,10 +4,11 @@
 Every measurement is its own process, started by this small process (Linux counts the RSS a child inherits at fork
 in its peak) and waited with `os.wait4`, so its peak RSS and CPU seconds are its own:
 - `ei`: the real commands, `ei select --pool --results --protected --out` then `ei stats --verified --k 1,8,32`
-  (validated reading: `ei_nb.eval.verdict_counts` counts from the C scanner of `ei_nb.jsonl_scan`, which checks JSON
-  grammar, UTF-8, duplicate keys in every object at any depth, types, finite numbers, duplicate (name, sample_idx)
-  pairs; the pool is read with `ei_nb.jsonl_scan.scan_problems` while the verdicts are counted; the candidates'
-  statements are keyed with `statement_keys`, in C where they are plain; then selection; pass@k; no pandas).
+  (validated reading: `ei_nb.eval.verdict_counts` counts samples per (problem, verdict) in the counting mode of the
+  C scanner of `ei_nb.jsonl_scan`, which checks JSON grammar, UTF-8, duplicate keys in every object at any depth,
+  types, finite numbers, and that each problem's sample_idx increases (no duplicate (name, sample_idx) pair); the
+  pool is read with `ei_nb.jsonl_scan.scan_problems` while the verdicts are counted; the candidates' statements are
+  keyed with `statement_keys`, in C where they are plain; then selection; pass@k; no pandas).
   rows/s = rows / (select s + stats s), each the median of `--repeat` runs. Each command also pays its start
   (the interpreter, numpy, the `ei` script: about 0.1 s). The `ei` beside this interpreter is run, as in an activated
   virtual environment; a version manager's shim in front of it (pyenv's) adds about 0.1 s a call on top.
@@ -22,8 +23,9 @@ Wall seconds depend on what else runs on the machine; CPU seconds (user + sys) a
 The ratio `ei / pyarrow` (end-to-end rows/s of the two validated commands over one unvalidated pyarrow parse and
 group-by, in the same run) is printed beside the absolute numbers: it moves less with the machine's load.
 
-`--check-cost` also times, on the largest file, the C scanner alone (`scan_file` of the three columns, every check
-made) and the whole validated frame (`read_frame`), beside the pyarrow path's UTF-8 scan and parses.
+`--check-cost` also times, on the largest file, the C scanner alone (`scan_counts`, what the commands use, and
+`scan_file` of the three columns, every check made) and the whole validated frame (`read_frame`), beside the
+pyarrow path's UTF-8 scan and parses.
 """
 import argparse, json, os, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
@@ -95,13 +97,14 @@ def child(d: str, mode: str):
 def check_cost(path: Path):
     "CPU (and wall) seconds on one file: the C scanner, the validated frame, the pyarrow path's UTF-8 scan and parses."
     from ei_nb.core import _utf8_ok, read_frame
-    from ei_nb.jsonl_scan import scan_file, scanner
+    from ei_nb.jsonl_scan import scan_counts, scan_file, scanner
     import pyarrow as pa, pyarrow.json as paj
     cols = ['name', 'sample_idx', 'verdict']
     if scanner():
         for parts in (1, None):
-            t, w = time.process_time(), time.perf_counter(); scan_file(path, 'verdict', cols, parts=parts)
-            print(json.dumps({f'scan_file_{parts or "auto"}_parts': {'cpu_s': round(time.process_time() - t, 3), 's': round(time.perf_counter() - w, 3)}}))
+            for label, scan in (('scan_counts', lambda: scan_counts(path, parts=parts)), ('scan_file', lambda: scan_file(path, 'verdict', cols, parts=parts))):
+                t, w = time.process_time(), time.perf_counter(); scan()
+                print(json.dumps({f'{label}_{parts or "auto"}_parts': {'cpu_s': round(time.process_time() - t, 3), 's': round(time.perf_counter() - w, 3)}}))
         t, w = time.process_time(), time.perf_counter(); read_frame(path, 'verdict', columns=cols)
         print(json.dumps({'read_frame': {'cpu_s': round(time.process_time() - t, 3), 's': round(time.perf_counter() - w, 3)}}))
     if scanner(): select_phases(path.parent)
@@ -154,6 +157,7 @@ def main():
     protected = shared_data('minif2f_dsp15.jsonl')
     modes = ['pyarrow', 'stdlib'] + (['polars'] if _has('polars') else [])
     rows_out = []
+    if a.workdir: Path(a.workdir).mkdir(parents=True, exist_ok=True)
     for n in [int(s) for s in a.sizes.split(',')]:
         d = Path(tempfile.mkdtemp(dir=a.workdir, prefix=f'bench_select_{n}_'))
         made = subprocess.run([sys.executable, __file__, '--make', str(d), str(n), str(a.samples)], env=env, capture_output=True, text=True)

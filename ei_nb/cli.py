@@ -58,11 +58,14 @@ def parser(prog:str, description:str='') -> argparse.ArgumentParser:
 def _usage() -> str:
     return 'usage: ei COMMAND [ARGS]\n\ncommands:\n' + '\n'.join(f'  {k:<10} {d}' for k,(_,d) in COMMANDS.items())
 
+_COUNTING = {'select', 'stats'}   # commands that read and count and never multiply matrices
+
 def main(argv:list[str]|None=None) -> int:
     "Entry point of the `ei` console script."
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ('-h', '--help'): say(_usage()); return 0 if argv else 2
     if argv[0] not in COMMANDS: say(f'ei: unknown command {argv[0]!r}\n\n{_usage()}'); return 2
+    if argv[0] in _COUNTING: os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')   # set before numpy loads: its idle BLAS threads would only take CPU from the scanner's
     try: result = resolve(argv[0])(argv[1:])
     except EiError as e:
         if os.environ.get('EI_DEBUG'): import traceback; traceback.print_exc()

@@ -8,7 +8,7 @@ import numpy as np
 from .core import BadInput, read_frame
 
 # %% auto #0
-__all__ = ['pass_at_k', 'pass_at_k_array', 'ProblemCounts', 'tally', 'tally_frame', 'counts_of', 'problem_counts',
+__all__ = ['pass_at_k', 'pass_at_k_array', 'ProblemCounts', 'tally_table', 'tally', 'tally_frame', 'counts_of', 'problem_counts',
            'pass_at_k_mean', 'score', 'verdict_counts', 'stats_cli', 'check_scored_set', 'eval_summary',
            'plot_pass_counts', 'plot_lengths', 'plot_eval', 'figure_image', 'run_eval', 'eval_cli']
 
@@ -51,22 +51,31 @@ class ProblemCounts:
         import pandas as pd
         return pd.DataFrame({'name': self.name, 'n': self.n, 'c': self.c, 'pass_rate': self.pass_rate})
 
+def tally_table(names, # the distinct problem names
+                verdicts, # the distinct verdict values (None: no verdict)
+                table, # table[i, j]: the samples of problem `names[i]` with verdict `verdicts[j]`
+               ) -> ProblemCounts:
+    "Samples and passes per problem from a (problem, verdict) table; only a `pass` verdict counts."
+    from ei_nb.jsonl_scan import string_order
+    table = np.asarray(table, np.int64).reshape(len(names), len(verdicts))
+    passed = np.array([v == 'pass' for v in verdicts], bool)
+    n, c = table.sum(1), table[:, passed].sum(1)
+    seen = n > 0
+    names, n, c = np.asarray(list(names), object)[seen], n[seen], c[seen]
+    if (order := string_order(names.tolist())) is not None: names, n, c = names[order], n[order], c[order]
+    return ProblemCounts(names, n, c)
+
 def tally(name_codes, # per sample: its problem, as an index into `names` (-1: none)
           names, # the distinct problem names
           verdict_codes, # per sample: its verdict, as an index into `verdicts` (-1: none)
           verdicts, # the distinct verdict values
          ) -> ProblemCounts:
     "Samples and passes per problem, from coded columns; only a `pass` verdict counts."
-    from ei_nb.jsonl_scan import string_order
-    name_codes = np.asarray(name_codes)
-    passed = np.array([v == 'pass' for v in verdicts] + [False], bool)[np.asarray(verdict_codes)]   # code -1: the appended False
-    if len(name_codes) and name_codes.min() < 0: name_codes, passed = name_codes[name_codes >= 0], passed[name_codes >= 0]
-    n = np.bincount(name_codes, minlength=len(names))
-    c = np.bincount(name_codes, weights=passed, minlength=len(names)).astype(np.int64)   # exact: counts far below 2**53
-    seen = n > 0
-    names, n, c = np.asarray(list(names), object)[seen], n[seen], c[seen]
-    if (order := string_order(names.tolist())) is not None: names, n, c = names[order], n[order], c[order]
-    return ProblemCounts(names, n, c)
+    name_codes, verdict_codes = np.asarray(name_codes, np.int64), np.asarray(verdict_codes, np.int64)
+    width = len(verdicts) + 1                                   # the last column: no verdict (code -1)
+    cell = (name_codes * width + np.where(verdict_codes < 0, width - 1, verdict_codes))[name_codes >= 0]
+    return tally_table(names, [*verdicts, None], np.bincount(cell, minlength=len(names) * width))
+
 
 # %% ../nbs/04_eval.ipynb #30a0b843
 def _coded(column) -> tuple[np.ndarray, list]:
@@ -107,12 +116,12 @@ def score(verdicts, # a verdicts DataFrame, or their `ProblemCounts`
 def verdict_counts(path) -> ProblemCounts:
     "The `ProblemCounts` of a verdict file, validated as `read_frame` validates it (no pandas when the C scanner is sure)."
     from ei_nb.core import _frame_of, read_records
-    from ei_nb.jsonl_scan import scan_columns, scanner
+    from ei_nb.jsonl_scan import scan_counts, scanner
     wanted = ['name', 'sample_idx', 'verdict']
     if scanner() is None: return tally_frame(read_frame(path, 'verdict', columns=wanted))   # pyarrow, then the exact reader
-    cols = scan_columns(path, 'verdict', wanted)
-    if cols is None: return tally_frame(_frame_of(read_records(path, 'verdict'), 'verdict', wanted))   # not rescanned: the exact reader decides
-    return tally(*cols['name'], *cols['verdict'])
+    table = scan_counts(path, 'verdict')   # samples per (problem, verdict), counted in C
+    if table is None: return tally_frame(_frame_of(read_records(path, 'verdict'), 'verdict', wanted))   # not rescanned: the exact reader decides
+    return tally_table(*table)
 
 def stats_cli(argv):
     "`ei stats --verified FILE [--k 1,8,32]`"
@@ -126,8 +135,7 @@ def stats_cli(argv):
 # %% ../nbs/04_eval.ipynb #353ca70c
 import json, time
 from pathlib import Path
-from .core import atomic_write_json, read_problems, read_samples, read_verdicts, sha256_json
-from .sample import EVAL_CAP, SampleParams, make_sampler, open_verifier, run_pipeline, verifier_of
+from .core import EVAL_CAP, atomic_write_json, read_problems, read_samples, read_verdicts, sha256_json
 
 # %% ../nbs/04_eval.ipynb #bb885dbd
 def check_scored_set(problems:list[dict], allow_test_selection:bool=False) -> list[dict]:
@@ -217,6 +225,7 @@ def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF
     check_scored_set(problems, allow_test_selection)
     out_dir = Path(out_dir)
     if verify_backend == 'none': log('eval: verify backend none runs the pre-check only: no sample can pass')
+    from ei_nb.sample import SampleParams, verifier_of   # here, not at the top: `ei stats` and `ei select` start without it
     from ei_nb.sample_verify import sample_and_verify
     params = SampleParams(n, temperature, top_p, max_new_tokens, seed)
     verifier = {'backend': verify_backend, 'lean_project': str(lean_project) if lean_project else None, 'workers': workers,

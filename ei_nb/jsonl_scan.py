@@ -14,9 +14,9 @@ from .average_kernel import c_library
 
 # %% auto #0
 __all__ = ['T_STR', 'T_INT', 'T_FLOAT', 'T_BOOL', 'T_NULL', 'T_LIST', 'F_REQUIRED', 'F_OUT_STR', 'F_OUT_INT', 'F_NONNEG',
-           'F_BY_END', 'F_OUT_SPAN', 'type_classes', 'field_specs', 'scanner', 'scan_bytes', 'scan_file',
-           'string_order', 'scan_columns', 'scan_frame', 'json_string_at', 'LazyRecord', 'scan_problems', 'plain_keys',
-           'statement_keys']
+           'F_BY_END', 'F_OUT_SPAN', 'MAX_VALUES', 'type_classes', 'field_specs', 'scanner', 'scan_bytes', 'scan_file',
+           'string_order', 'scan_columns', 'scan_counts', 'scan_frame', 'json_string_at', 'LazyRecord', 'scan_problems',
+           'plain_keys', 'statement_keys']
 
 # %% ../nbs/jsonl_scan.ipynb #59f75b95
 T_STR, T_INT, T_FLOAT, T_BOOL, T_NULL, T_LIST = 1, 2, 4, 8, 16, 32
@@ -58,6 +58,9 @@ def _bind(so:Path):
     lib.ejs_n_unique.argtypes = [_P, ctypes.c_int, _P]; lib.ejs_n_unique.restype = ctypes.c_int64
     lib.ejs_uniques.argtypes = [_P, ctypes.c_int, _P, _P]; lib.ejs_uniques.restype = None
     lib.ejs_plain_keys.argtypes = [_P, _P, _P, ctypes.c_int64, _P, _P, _P]; lib.ejs_plain_keys.restype = ctypes.c_int64
+    lib.ejs_count_by.argtypes = [_P, ctypes.c_int, ctypes.c_int, ctypes.c_int]; lib.ejs_count_by.restype = ctypes.c_int
+    lib.ejs_n_counted.argtypes = [_P]; lib.ejs_n_counted.restype = ctypes.c_int64
+    lib.ejs_counted.argtypes = [_P, _P, _P, _P]; lib.ejs_counted.restype = None
     return lib
 
 def scanner():
@@ -66,17 +69,23 @@ def scanner():
     return c_library('jsonl_scan', _bind)
 
 # %% ../nbs/jsonl_scan.ipynb #482782cd
+MAX_VALUES = 8   # the kernel's counting mode keeps this many distinct values of the counted field (a verdict has 5)
+
 class _Scan:
-    "The kernel's context for one run of lines: the field specification, the growing output arrays, the row count."
-    def __init__(self, lib, specs, starts:bool=False, expect_bytes:int=0):
-        self.lib, self.specs, self.n, self.expect, self.done = lib, specs, 0, expect_bytes, 0
+    "The kernel's context for one run of lines: the field specification, the growing output arrays (or, counting, the counts), the row count."
+    def __init__(self, lib, specs, starts:bool=False, expect_bytes:int=0,
+                 count:tuple[int,int,int]|None=None, # count rows per (key, value) instead: the fields (key, its index, value)
+                ):
+        self.lib, self.specs, self.n, self.expect, self.done, self.rc = lib, specs, 0, expect_bytes, 0, 0
         names = b''.join(s[0].encode() for s in specs)
         off = np.cumsum([0] + [len(s[0].encode()) for s in specs]).astype(np.int32)
         self._keep = [np.array([s[1] for s in specs], np.int32), np.array([s[2] for s in specs], np.int32), off]
         self.ctx = lib.ejs_new(len(specs), names, off.ctypes.data, self._keep[0].ctypes.data, self._keep[1].ctypes.data)
         if not self.ctx: raise MemoryError('jsonl_scan: cannot make a scanner')
-        self.cols = {i: np.empty((1024, 2) if f & F_OUT_SPAN else 1024, np.int32 if f & F_OUT_STR else np.int64)
-                     for i,(_,_,f) in enumerate(specs) if f & (F_OUT_STR | F_OUT_INT | F_OUT_SPAN)}
+        if count and lib.ejs_count_by(self.ctx, *count): self.close(); raise ValueError(f'jsonl_scan: cannot count by fields {count}')
+        self.counting = count is not None
+        self.cols = {} if count else {i: np.empty((1024, 2) if f & F_OUT_SPAN else 1024, np.int32 if f & F_OUT_STR else np.int64)
+                                      for i,(_,_,f) in enumerate(specs) if f & (F_OUT_STR | F_OUT_INT | F_OUT_SPAN)}
         self.starts = np.empty(1024, np.int64) if starts else None
         self.values = {}
 
@@ -89,7 +98,7 @@ class _Scan:
         if self.starts is not None: self.starts = grown(self.starts)
 
     def feed(self, buf, length:int, base:int=0, skip:int=0) -> bool:
-        "Scan `buf[skip:skip+length]` (whole lines; `base` is their offset in the file); False if a line defers."
+        "Scan `buf[skip:skip+length]` (whole lines; `base` is their offset in the file); False if a line defers (`rc` 1) or, counting, the rows must be counted by columns (`rc` 2)."
         addr = np.frombuffer(buf, np.uint8).ctypes.data + skip
         done, nrows, stop = 0, ctypes.c_int64(self.n), ctypes.c_int64(0)
         while True:
@@ -98,7 +107,7 @@ class _Scan:
             rc = self.lib.ejs_scan(self.ctx, addr + done, length - done, outs, None if self.starts is None else self.starts.ctypes.data,
                                    cap, base + done, ctypes.byref(nrows), ctypes.byref(stop))
             self.n = nrows.value
-            if rc != -1: self.done += length - done; return rc == 0
+            if rc != -1: self.done += length - done; self.rc = rc; return rc == 0
             done += stop.value; self.done += stop.value
             self._grow()
 
@@ -111,9 +120,16 @@ class _Scan:
         if raw.isascii(): text = raw.decode('ascii'); return [text[a:b] for a,b in bounds]
         return [raw[a:b].decode('utf-8') for a,b in bounds]
 
+    def _counted(self):
+        "Counting: rows per key id and value id (an array of MAX_VALUES columns), and each key's first and latest index."
+        n = self.lib.ejs_n_counted(self.ctx)
+        self.counts, self.first, self.last = np.empty((n, MAX_VALUES), np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+        self.lib.ejs_counted(self.ctx, self.counts.ctypes.data, self.first.ctypes.data, self.last.ctypes.data)
+
     def finish(self):
-        "Keep the rows' columns and the distinct strings (in order of first appearance); free the kernel's context."
+        "Keep the rows' columns (or counts) and the distinct strings (in order of first appearance); free the kernel's context."
         self.values = {i: self._uniques(i) for i,(_,_,f) in enumerate(self.specs) if f & F_OUT_STR}
+        if self.counting: self._counted()
         self.cols = {i: a[:self.n] for i,a in self.cols.items()}
         if self.starts is not None: self.starts = self.starts[:self.n]
         self.close()
@@ -138,9 +154,9 @@ def scan_bytes(data:bytes, # whole lines of a JSON Lines file
 # %% ../nbs/jsonl_scan.ipynb #867565d3
 _BOM = b'\xef\xbb\xbf'
 
-def _scan_part(lib, specs, path, lo:int, hi:int, starts:bool, block:int) -> _Scan|None:
-    "Scan the lines of `path` in bytes [lo, hi) (both at line starts), read a block of whole lines at a time."
-    s, buf = _Scan(lib, specs, starts, hi - lo), bytearray(block)
+def _scan_part(lib, specs, path, lo:int, hi:int, starts:bool, block:int, count=None) -> _Scan:
+    "Scan the lines of `path` in bytes [lo, hi) (both at line starts), read a block of whole lines at a time; a scan that stopped has its `rc`."
+    s, buf = _Scan(lib, specs, starts, hi - lo, count), bytearray(block)
     with open(path, 'rb') as f:
         f.seek(lo)
         head = f.read(min(3, hi - lo))
@@ -154,7 +170,7 @@ def _scan_part(lib, specs, path, lo:int, hi:int, starts:bool, block:int) -> _Sca
             if got and cut == 0:                                        # no whole line yet
                 if filled == len(buf): buf.extend(bytes(len(buf)))      # a line longer than the block
                 continue
-            if cut and not s.feed(buf, cut, base): s.close(); return None
+            if cut and not s.feed(buf, cut, base): s.close(); return s
             buf[:filled - cut] = buf[cut:filled]; filled -= cut; base += cut
             if got == 0: return s.finish()
 
@@ -189,19 +205,23 @@ def _merge(parts:list[_Scan]) -> _Scan:
     first.n = sum(p.n for p in parts)
     return first
 
-def scan_file(path, kind:str, columns=(), starts:bool=False, block:int=1 << 20, parts:int|None=None) -> _Scan|None:
-    "The finished scan of the JSON Lines file `path`, or None if a line is not surely valid or there is no scanner."
-    lib, specs = scanner(), field_specs(kind, columns)
-    if lib is None or specs is None: return None
+def _scan_parts(lib, specs, path, starts:bool=False, block:int=1 << 20, parts:int|None=None, count=None) -> list[_Scan]:
+    "The scans of the parts of `path`, in file order (threads for more than one part)."
     path = check_input(path)
     size = os.path.getsize(path)
     parts = parts or max(1, min(_idle_cpus(), size // (32 << 20), 8))
     cuts = _cuts(path, parts, size)
-    if parts == 1: return _scan_part(lib, specs, path, 0, size, starts, block)
+    if parts == 1: return [_scan_part(lib, specs, path, 0, size, starts, block, count)]
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(parts) as ex:
-        done = list(ex.map(lambda k: _scan_part(lib, specs, path, cuts[k], cuts[k + 1], starts, block), range(parts)))
-    return None if any(d is None for d in done) else _merge(done)
+        return list(ex.map(lambda k: _scan_part(lib, specs, path, cuts[k], cuts[k + 1], starts, block, count), range(parts)))
+
+def scan_file(path, kind:str, columns=(), starts:bool=False, block:int=1 << 20, parts:int|None=None) -> _Scan|None:
+    "The finished scan of the JSON Lines file `path`, or None if a line is not surely valid or there is no scanner."
+    lib, specs = scanner(), field_specs(kind, columns)
+    if lib is None or specs is None: return None
+    done = _scan_parts(lib, specs, path, starts, block, parts)
+    return None if any(d.rc for d in done) else done[0] if len(done) == 1 else _merge(done)
 
 # %% ../nbs/jsonl_scan.ipynb #d6ed0dcc
 def _unique_keys(codes:np.ndarray, idx:np.ndarray|None) -> bool:
@@ -234,6 +254,41 @@ def scan_columns(path, kind:str='verdict', columns=('name', 'sample_idx', 'verdi
     if kind == 'verdict' and 'verdict' in cols and not set(s.uniques('verdict')) <= set(VERDICTS): return None
     if not _unique_keys(s.column('name'), s.column('sample_idx') if 'sample_idx' in KEYS[kind] else None): return None
     return {c: (s.column(c), s.uniques(c)) if SCHEMAS[kind][c][0] is str else s.column(c) for c in cols}
+
+def _merge_counts(parts:list[_Scan], key:int, value:int, # the counted fields' positions in the specification
+                 ) -> tuple[list, list, np.ndarray]|None:
+    "(keys, values, rows per key and value) of counted parts in file order; None if a key's index does not increase from one part to the next."
+    keys, values = {}, {}
+    maps = [(np.array([keys.setdefault(k, len(keys)) for k in p.values[key]], np.int64),
+             np.array([values.setdefault(v, len(values)) for v in p.values[value]], np.int64)) for p in parts]
+    counts, last = np.zeros((len(keys), len(values)), np.int64), np.full(len(keys), -1, np.int64)
+    for p, (k, v) in zip(parts, maps):
+        if np.any(p.first <= last[k]): return None
+        counts[np.ix_(k, v)] += p.counts[:, :len(v)]   # a part's key ids are distinct: no two rows of it add to one cell
+        last[k] = p.last
+    return list(keys), list(values), counts
+
+def _counts_of_columns(cols:dict, key:str, value:str) -> tuple[list, list, np.ndarray]:
+    "(keys, values, rows per key and value) of `scan_columns`' columns."
+    (kc, kv), (vc, vv) = cols[key], cols[value]
+    flat = np.bincount(kc.astype(np.int64) * len(vv) + vc, minlength=len(kv) * len(vv))
+    return kv, vv, flat.reshape(len(kv), len(vv))
+
+def scan_counts(path, kind:str='verdict', key:str='name', idx:str='sample_idx', value:str='verdict',
+                parts:int|None=None, # threads (None: one per idle CPU and 32 MiB of file, at most 8)
+               ) -> tuple[list, list, np.ndarray]|None:
+    "(distinct `key`s in order of first appearance, distinct `value`s, rows per key and value) of a validated `kind` file whose keys are (`key`, `idx`); None when the exact reader must decide."
+    lib, specs = scanner(), field_specs(kind, [key, idx, value])
+    if lib is None or specs is None or tuple(KEYS[kind]) != (key, idx): return None
+    at = [s[0] for s in specs].index
+    done = _scan_parts(lib, specs, path, parts=parts, count=(at(key), at(idx), at(value)))
+    if any(d.rc == 1 for d in done): return None                    # a line defers: the exact reader says where
+    got = None if any(d.rc for d in done) else _merge_counts(done, at(key), at(value))
+    if got is None:                                                 # an index out of order, or many values: by columns
+        cols = scan_columns(path, kind, [key, idx, value])
+        return None if cols is None else _counts_of_columns(cols, key, value)
+    if not got[0] or (kind == 'verdict' and not set(got[1]) <= set(VERDICTS)): return None
+    return got
 
 def scan_frame(path, kind:str='verdict', columns=('name', 'sample_idx', 'verdict')):
     "The validated DataFrame of `columns` (keys included) of a `kind` file, or None when the exact reader must decide."

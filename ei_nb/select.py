@@ -5,6 +5,7 @@
 # %% ../nbs/00_select.ipynb #2ece7f7f
 from __future__ import annotations
 import hashlib
+from functools import partial
 from pathlib import Path
 import numpy as np
 from .core import BadInput, DataStop, check_output, read_problems, statement_key, write_records
@@ -52,27 +53,29 @@ def protected_index(protected:list[dict]) -> tuple[set, set]:
     "Names and statement keys of the protected problems."
     return {p['name'] for p in protected}, {statement_key(p['formal_statement']) for p in protected}
 
+def _removed(pool:list[dict], pool_names:list[str], protected:list[dict], candidates:set|None) -> set[int]:
+    "Indices into `pool` (whose names are `pool_names`) of the problems whose name or statement key is protected; only candidates are keyed."
+    from ei_nb.jsonl_scan import statement_keys
+    names, keys = protected_index(protected)
+    keyed = [i for i, n in enumerate(pool_names) if n not in names and (candidates is None or n in candidates)]
+    leaked = {i for i, key in zip(keyed, statement_keys([pool[i] for i in keyed])) if key in keys}   # keyed in C where the statement is plain
+    return {i for i, n in enumerate(pool_names) if n in names} | leaked
+
 def decontaminate(pool:list[dict], protected:list[dict],
                   candidates:set|None=None, # names that could be selected: only their statements are keyed (None: all)
                  ) -> tuple[list[dict], list[dict]]:
     "Split `pool` into (kept, removed) by name or statement key against `protected`."
-    from ei_nb.jsonl_scan import statement_keys
-    names, keys = protected_index(protected)
-    keyed = [p for p in pool if p['name'] not in names and (candidates is None or p['name'] in candidates)]
-    leaked = {id(p) for p, key in zip(keyed, statement_keys(keyed)) if key in keys}   # keyed in C where the statement is plain
-    def hit(p): return p['name'] in names or id(p) in leaked
-    kept, removed = [], []
-    for p in pool: (removed if hit(p) else kept).append(p)
-    return kept, removed
+    removed = _removed(pool, [p['name'] for p in pool], list(protected), candidates)
+    return [p for i, p in enumerate(pool) if i not in removed], [pool[i] for i in sorted(removed)]
 
 # %% ../nbs/00_select.ipynb #f957d0c2
-def _rank(seed:int, name:str) -> str: return hashlib.sha256(f'{seed}:{name}'.encode()).hexdigest()
+def _rank(seed:int, name:str) -> bytes: return hashlib.sha256(f'{seed}:{name}'.encode()).digest()   # sorts as its hex digest
 
-def _first_clean_zeros(pool, rate:dict, protected, max_zero:int, seed:int) -> set:
+def _first_clean_zeros(by_name:dict, # the pool's records by name
+                       rate:dict, protected, max_zero:int, seed:int) -> set:
     "The p = 0 problems keyed for selection: in rank order, until `max_zero` of them are not protected (those keyed and found protected included)."
     if max_zero <= 0: return set()
     names, keys = protected_index(protected)
-    by_name = {p['name']: p for p in pool}
     zeros = sorted((n for n, p in rate.items() if p == 0 and n in by_name and n not in names), key=lambda n: _rank(seed, n))
     keyed, clean = set(), 0
     for n in zeros:
@@ -100,23 +103,25 @@ def select_problems(pool:list[dict], # problem records of the training pool
     "Selected problem records (with `pass_rate`, `n_samples`, `n_pass`), a summary, and the per-problem table."
     if not 0 <= lo < hi <= 1: raise BadInput(f'need 0 <= lo < hi <= 1, got lo={lo}, hi={hi}')
     counts = counts_of(verdicts)
-    at = {n: i for i, n in enumerate(counts.name.tolist())}
-    rate = dict(zip(at, counts.pass_rate.tolist()))
+    measured_names = counts.name.tolist()
+    at = dict(zip(measured_names, range(len(measured_names))))
+    rate = dict(zip(measured_names, counts.pass_rate.tolist()))
     band = {n for n, p in rate.items() if lo < p <= hi}
-    zeros = _first_clean_zeros(pool, rate, list(protected), max_zero if include_zero else 0, seed)
-    kept, removed = decontaminate(pool, list(protected), band | zeros)
-    kept_names, ranked = [p['name'] for p in kept], lambda n: _rank(seed, n)   # ranked: candidates only
-    pool_names = set(kept_names).union(p['name'] for p in removed)
+    pool_names = [p['name'] for p in pool]   # once: a scanned pool's records are looked up by name here only
+    by_name = dict(zip(pool_names, pool))
+    zeros = _first_clean_zeros(by_name, rate, list(protected), max_zero if include_zero else 0, seed)
+    removed = _removed(pool, pool_names, list(protected), band | zeros)
+    kept_names = [n for i, n in enumerate(pool_names) if i not in removed] if removed else pool_names
+    ranked = partial(_rank, seed)   # ranked: candidates only
     in_band = [n for n in kept_names if n in band]
     zero = sorted((n for n in kept_names if n in zeros), key=ranked)[:max_zero]   # (no more: zeros holds at most max_zero clean ones)
     chosen = sorted(in_band + zero, key=ranked)[:max_problems]
-    by_name = dict(zip(kept_names, kept))
     selected = [dict(by_name[n], pass_rate=rate[n], n_samples=int(counts.n[at[n]]), n_pass=int(counts.c[at[n]])) for n in sorted(chosen)]
-    measured = [rate[n] for n in kept_names if n in rate]
+    measured = np.array([r for r in map(rate.get, kept_names) if r is not None], float)   # the kept problems' rates
     summary = {'pool': len(pool), 'protected_removed': len(removed), 'unmeasured': len(kept_names) - len(measured),
-               'in_band': len(in_band), 'zero': sum(p == 0 for p in measured), 'above_band': sum(p > hi for p in measured),
+               'in_band': len(in_band), 'zero': int((measured == 0).sum()), 'above_band': int((measured > hi).sum()),
                'zero_selected': len(set(zero) & set(chosen)), 'selected': len(selected),
-               'unknown_verdict_names': len(rate.keys() - pool_names)}
+               'unknown_verdict_names': len(rate.keys() - by_name.keys())}
     if not table: return selected, summary, None
     return selected, summary, _band_table(kept_names, counts, _status(kept_names, rate, set(in_band), set(chosen)))
 

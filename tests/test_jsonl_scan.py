@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from ei_nb.core import BadInput, _frame_of, read_frame, read_problems, read_records, shared_data
-from ei_nb.jsonl_scan import scan_file, scan_frame, scan_problems, scanner
+from ei_nb.jsonl_scan import scan_counts, scan_file, scan_frame, scan_problems, scanner
 
 pytestmark = pytest.mark.skipif(scanner() is None, reason='no C compiler: the scanner is not built, readers use pyarrow')
 
@@ -222,6 +222,60 @@ def test_verdict_frames_match_the_exact_reader(tmp_path, seed):
         taken['scanner' if scan_frame(path) is not None else 'exact'] += 1
         assert scan_frame(path) is None or exact[0] == 'ok'        # the scanner never accepts what the exact reader rejects
     assert taken['scanner'] >= 15 and taken['exact'] >= 15, taken
+
+
+def exact_counts(path):
+    "Samples and passes per problem by the exact reader and pandas (the reference for the C counts)."
+    from ei_nb.eval import problem_counts
+    f = problem_counts(_frame_of(read_records(path, 'verdict'), 'verdict', COLS))
+    return f['name'].astype(str).tolist(), f['n'].tolist(), f['c'].tolist()
+
+
+def c_counts(path, parts=None):
+    from ei_nb.eval import tally_table
+    table = scan_counts(path, parts=parts)
+    if table is None: return None
+    t = tally_table(*table)
+    return t.name.tolist(), t.n.tolist(), t.c.tolist()
+
+
+@pytest.mark.parametrize('seed', range(2))
+def test_verdict_counts_match_the_exact_reader(tmp_path, seed):
+    """200 mutated verdict files, each also shuffled, reversed and cut into 1 to 4 parts: the C counts equal the exact
+    reader's, or are None (then `verdict_counts` gives the exact reader's error); counted in C and from columns both."""
+    from ei_nb.eval import verdict_counts
+    rng, lines, path = random.Random(50 + seed), verdict_lines(), tmp_path / 'v.jsonl'
+    taken = {'counted': 0, 'none': 0}
+    for case in range(100):
+        base = valid_base(rng, lines, 'verdict', rng.randrange(1, 14))
+        for order in ('as is', 'shuffled', 'reversed'):
+            rows = base[:] if order == 'as is' else base[::-1] if order == 'reversed' else rng.sample(base, len(base))
+            data = mutate_file(rng, rows, 'verdict') if case % 2 else b''.join(rows)
+            path.write_bytes(data)
+            exact = outcome(lambda: exact_counts(path))
+            for parts in (1, 2, 4):
+                fast = c_counts(path, parts)
+                taken['counted' if fast is not None else 'none'] += 1
+                if fast is not None: assert exact == ('ok', fast), (order, parts, data[:2000])
+            got = outcome(lambda: (lambda c: (c.name.tolist(), c.n.tolist(), c.c.tolist()))(verdict_counts(path)))
+            assert got == exact, (order, data[:2000])
+    assert taken['counted'] >= 300 and taken['none'] >= 100, taken
+
+
+def test_counting_order_and_parts(tmp_path):
+    "Rows in the sampler's order are counted in C; a sample twice anywhere, even where two parts meet, is never counted."
+    rows = [{'name': f'p{i % 7}', 'sample_idx': i // 7, 'verdict': ['pass', 'fail', 'error', 'no_code', 'unchecked'][i % 5]} for i in range(140)]
+    path = tmp_path / 'v.jsonl'
+    def write(rs): path.write_text(''.join(json.dumps(r) + '\n' for r in rs))
+    write(rows)
+    for parts in (1, 2, 3, 8): assert c_counts(path, parts) == exact_counts(path)
+    for at in (1, 69, 70, 71, 139):                  # the copy of row 0 or of a row near a part's edge, put at `at`
+        for src in (0, at - 1):
+            write(rows[:at] + [rows[src]] + rows[at:])
+            assert outcome(lambda: exact_counts(path))[0] == 'error'
+            for parts in (1, 2, 3): assert c_counts(path, parts) is None, (at, src, parts)
+    write(rows[70:] + rows[:70])                    # each problem's indices go down once: counted from the columns
+    for parts in (1, 2): assert c_counts(path, parts) == exact_counts(path)
 
 
 @pytest.mark.parametrize('seed', range(2))

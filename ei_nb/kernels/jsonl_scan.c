@@ -16,6 +16,7 @@ enum { F_REQUIRED = 1, F_OUT_STR = 2, F_OUT_INT = 4, F_NONNEG = 8, F_BY_END = 16
 #define MAX_KEYS 256           /* keys of one object compared pairwise; more defer */
 #define MAX_NUMBER 1000        /* Python refuses integers of more than 4300 digits; longer numbers defer */
 #define KPAT 48                /* top-level keys up to this long (with quotes) are remembered by position */
+#define MAX_VALUES 8           /* distinct values of a counted field (a verdict has 5): more, and the caller counts by columns */
 
 typedef struct { const uint8_t *p; int32_t n; } span_t;
 
@@ -25,6 +26,12 @@ typedef struct {             /* interned byte strings of one output column: an a
   int32_t *slots; int64_t nslots;
   int32_t last, last2;       /* the ids of the two latest values: consecutive rows often repeat them */
 } intern_t;
+
+typedef struct {             /* counting mode: rows per (key, value), instead of columns of rows */
+  int on, key, idx, val;     /* the fields: the key (a str id), its increasing index (an int), the counted value (a str id) */
+  int32_t row_key, row_val; int64_t row_idx;   /* the outputs of the line being scanned */
+  int64_t *cnt, *first, *last; int64_t n, cap;   /* per key id: MAX_VALUES counts, its first and its latest index */
+} count_t;
 
 typedef struct {
   int nfields;
@@ -38,6 +45,7 @@ typedef struct {
   uint32_t must;             /* the fields every line must have: required or output */
   uint8_t *scratch; int64_t scratch_cap;
   const uint8_t *buf; int64_t base;   /* the buffer being scanned and its offset in the file (for F_OUT_SPAN) */
+  count_t count;
 } ctx_t;
 
 /* Whether n bytes at a and b are equal: short keys and names are compared inline, not through a libc call. */
@@ -437,6 +445,7 @@ void ejs_free(ctx_t *c) {
     intern_t *t = &c->intern[i];
     free(t->arena); free(t->off); free(t->len); free(t->slots);
   }
+  free(c->count.cnt); free(c->count.first); free(c->count.last);
   free(c->names); free(c->keys); free(c->scratch); free(c);
 }
 
@@ -463,16 +472,54 @@ ctx_t *ejs_new(int nfields, const char *names, const int32_t *name_off, const in
 
 static inline int blank_byte(uint8_t b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r' || b == 11 || b == 12; }
 
+/* Counting mode: from now on ejs_scan keeps, instead of output rows, per distinct value of the str field `key` the
+   rows with each value of the str field `val` (at most MAX_VALUES distinct), and checks that the int field `idx`
+   increases along the rows of each key (then no (key, idx) pair is repeated). 0, or -1 for fields it cannot count. */
+int ejs_count_by(ctx_t *c, int key, int idx, int val) {
+  if (key < 0 || idx < 0 || val < 0 || key >= c->nfields || idx >= c->nfields || val >= c->nfields) return -1;
+  if ((c->flags[key] & F_OUT) != F_OUT_STR || (c->flags[val] & F_OUT) != F_OUT_STR || (c->flags[idx] & F_OUT) != F_OUT_INT) return -1;
+  for (int i = 0; i < c->nfields; i++) if (i != key && i != idx && i != val && (c->flags[i] & F_OUT)) return -1;
+  c->count.on = 1; c->count.key = key; c->count.idx = idx; c->count.val = val;
+  return 0;
+}
+
+/* Count the row just scanned: 0, or 2 when the caller must count by columns (an index not above its key's latest,
+   too many distinct values, no memory). */
+static int count_row(count_t *k) {
+  int64_t id = k->row_key;
+  if (k->row_val >= MAX_VALUES) return 2;
+  if (id == k->n) {                          /* a new key: interned ids come in order, 0, 1, 2, ... */
+    if (k->n == k->cap) {
+      int64_t cap = k->cap ? 2 * k->cap : 1024;
+      int64_t *a = realloc(k->cnt, sizeof(int64_t) * MAX_VALUES * cap); if (!a) return 2; k->cnt = a;
+      int64_t *f = realloc(k->first, sizeof(int64_t) * cap); if (!f) return 2; k->first = f;
+      int64_t *l = realloc(k->last, sizeof(int64_t) * cap); if (!l) return 2; k->last = l;
+      k->cap = cap;
+    }
+    memset(k->cnt + MAX_VALUES * id, 0, sizeof(int64_t) * MAX_VALUES);
+    k->first[id] = k->row_idx; k->last[id] = -1; k->n++;
+  }
+  if (k->row_idx <= k->last[id]) return 2;
+  k->last[id] = k->row_idx;
+  k->cnt[MAX_VALUES * id + k->row_val]++;
+  return 0;
+}
+
 /* Scan the complete lines in [buf, buf+len) (the last one may lack its newline); `base` is buf's offset in the file.
    Rows of non-blank lines are written to outs[field] (int32 ids for F_OUT_STR, int64 for F_OUT_INT, two int64 for
    F_OUT_SPAN: the string's file offset and length) from index
    *nrows on, and the file offsets where their lines start to `starts` when it is not NULL; at most `cap` rows in all.
+   In counting mode rows are counted instead (outs, starts and cap are not used).
    Returns 0 when every line is valid and understood; 1 when a line defers; -1 when the outputs are full (the rows
-   before are done: call again from buf + *stop with more room). *stop is the offset in buf of the line concerned. */
+   before are done: call again from buf + *stop with more room); 2 in counting mode when the rows must be counted by
+   columns instead. *stop is the offset in buf of the line concerned. */
 int ejs_scan(ctx_t *c, const uint8_t *buf, int64_t len, void **outs, int64_t *starts, int64_t cap, int64_t base,
              int64_t *nrows, int64_t *stop) {
   const uint8_t *p = buf, *end = buf + len;
   int64_t row = *nrows;
+  void *one[MAX_FIELDS] = {0};
+  count_t *k = &c->count;
+  if (k->on) { one[k->key] = &k->row_key; one[k->idx] = &k->row_idx; one[k->val] = &k->row_val; outs = one; starts = NULL; }
   c->buf = buf; c->base = base;
   while (p < end) {
     const uint8_t *nl = memchr(p, '\n', end - p);
@@ -480,8 +527,9 @@ int ejs_scan(ctx_t *c, const uint8_t *buf, int64_t len, void **outs, int64_t *st
     const uint8_t *q = p;
     while (q < e && blank_byte(*q)) q++;
     if (q < e) {             /* Python skips a line whose bytes are all ASCII whitespace (bytes.strip) */
-      if (row >= cap) { *stop = p - buf; *nrows = row; return -1; }
-      if (!scan_line(c, p, e, outs, row)) { *stop = p - buf; *nrows = row; return 1; }
+      if (!k->on && row >= cap) { *stop = p - buf; *nrows = row; return -1; }
+      if (!scan_line(c, p, e, outs, k->on ? 0 : row)) { *stop = p - buf; *nrows = row; return 1; }
+      if (k->on && count_row(k)) { *stop = p - buf; *nrows = row; return 2; }
       if (starts) starts[row] = base + (p - buf);
       row++;
     }
@@ -489,6 +537,15 @@ int ejs_scan(ctx_t *c, const uint8_t *buf, int64_t len, void **outs, int64_t *st
   }
   *nrows = row;
   return 0;
+}
+
+/* Counting mode's keys so far, and a copy of their counts (MAX_VALUES a key, by value id), first and latest index. */
+int64_t ejs_n_counted(ctx_t *c) { return c->count.n; }
+void ejs_counted(ctx_t *c, int64_t *cnt, int64_t *first, int64_t *last) {
+  count_t *k = &c->count;
+  if (!k->n) return;
+  memcpy(cnt, k->cnt, sizeof(int64_t) * MAX_VALUES * k->n);
+  memcpy(first, k->first, sizeof(int64_t) * k->n); memcpy(last, k->last, sizeof(int64_t) * k->n);
 }
 
 /* The interned values of field i: their number, and the total bytes they take. */
