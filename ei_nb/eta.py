@@ -5,7 +5,7 @@
 # %% ../nbs/eta.ipynb #ee9a7d05
 from __future__ import annotations
 from pathlib import Path
-from .core import atomic_write_json
+from .core import SFT_MAX_TOKENS, atomic_write_json
 from .layout import read_stage_json
 
 # %% auto #0
@@ -31,7 +31,7 @@ ETA_KEYS = {'r_gen': (1025.0, 'generated tokens/s'), 'T_pool': (5000.0, 'mean co
             'eval_overhead_s': (1008.0, 'tail of an evaluation'), 'r_tr': (2152.0, 'padded training tokens/s'),
             'sft_efficiency': (0.9, 'useful fraction of training tokens'), 'row_tokens': (2900.0, 'mean tokens per SFT row'),
             'rows_per_problem': (2.85, 'SFT rows per selected problem (0.95 solved x 3 kept)'),
-            'save_s_per_40': (198.0, 'checkpoint seconds per 40 micro-steps'), 'micro_tokens': (18432.0, 'tokens per micro-step'),
+            'save_s_per_40': (198.0, 'checkpoint seconds per 40 micro-steps'), 'micro_tokens': (float(SFT_MAX_TOKENS), 'tokens per micro-step (a packed row)'),
             'export_s': (360.0, 'merge + export'), 'model_bytes': (16.4e9, 'bytes of one checkpoint'),
             'avg_bytes_per_s': (170e6, 'averaging arithmetic, bytes of output per s'), 'avg_io_s': (540.0, 'averaging I/O'),
             'stage_s': (30.0, 'a stage without model work'), 'demo_s': (60.0, 'the demo data + warm start'),
