@@ -191,15 +191,19 @@ def _cuts(path, parts:int, size:int) -> list[int]:
             cuts.append(max(f.tell(), cuts[-1]))
     return cuts + [size]
 
+def _joined_ids(parts:list[_Scan], i:int) -> tuple[list[str], list[np.ndarray]]:
+    "The distinct strings of field `i` over the parts in order of first appearance, and for each part its ids' places among them."
+    at = {}
+    remaps = [np.array([at.setdefault(v, len(at)) for v in p.values[i]], np.int32) for p in parts]
+    return list(at), remaps
+
 def _merge(parts:list[_Scan]) -> _Scan:
     "One scan of the parts in order: later parts' string ids mapped onto the growing table of the first."
     first = parts[0]
-    for i,values in first.values.items():
-        at = {v: k for k,v in enumerate(values)}
-        for p in parts[1:]:
-            remap = np.array([at.setdefault(v, len(at)) for v in p.values[i]], np.int32)
+    for i in first.values:
+        first.values[i], remaps = _joined_ids(parts, i)
+        for p, remap in zip(parts[1:], remaps[1:]):   # the first part's ids are their own places
             p.cols[i] = remap[p.cols[i]] if len(remap) else p.cols[i]
-        first.values[i] = list(at)
     first.cols = {i: np.concatenate([p.cols[i] for p in parts]) for i in first.cols}
     if first.starts is not None: first.starts = np.concatenate([p.starts for p in parts])
     first.n = sum(p.n for p in parts)
@@ -234,6 +238,10 @@ def _unique_keys(codes:np.ndarray, idx:np.ndarray|None) -> bool:
     key = codes.astype(np.int64) * (int(idx.max()) + 1 if len(idx) else 1) + idx
     return bool(np.all(key[1:] > key[:-1])) or len(np.unique(key)) == len(key)
 
+def _known_values(kind:str, column:str, values) -> bool:
+    "Whether the distinct `values` of `column` are all ones the schema allows (the verdict values of a verdict)."
+    return not (kind == 'verdict' and column == 'verdict') or set(values) <= set(VERDICTS)
+
 def string_order(values:list[str]) -> np.ndarray|None:
     "Indices that sort the distinct `values` in Python's string order; None when they are in order already (a file written sorted)."
     if all(a < b for a, b in zip(values, values[1:])): return None
@@ -251,22 +259,20 @@ def scan_columns(path, kind:str='verdict', columns=('name', 'sample_idx', 'verdi
     cols = list(dict.fromkeys([*KEYS[kind], *columns]))
     s = scan_file(path, kind, cols)
     if s is None or s.n == 0: return None
-    if kind == 'verdict' and 'verdict' in cols and not set(s.uniques('verdict')) <= set(VERDICTS): return None
+    if not all(_known_values(kind, c, s.uniques(c)) for c in cols if SCHEMAS[kind][c][0] is str): return None
     if not _unique_keys(s.column('name'), s.column('sample_idx') if 'sample_idx' in KEYS[kind] else None): return None
     return {c: (s.column(c), s.uniques(c)) if SCHEMAS[kind][c][0] is str else s.column(c) for c in cols}
 
 def _merge_counts(parts:list[_Scan], key:int, value:int, # the counted fields' positions in the specification
                  ) -> tuple[list, list, np.ndarray]|None:
     "(keys, values, rows per key and value) of counted parts in file order; None if a key's index does not increase from one part to the next."
-    keys, values = {}, {}
-    maps = [(np.array([keys.setdefault(k, len(keys)) for k in p.values[key]], np.int64),
-             np.array([values.setdefault(v, len(values)) for v in p.values[value]], np.int64)) for p in parts]
+    (keys, key_maps), (values, value_maps) = _joined_ids(parts, key), _joined_ids(parts, value)
     counts, last = np.zeros((len(keys), len(values)), np.int64), np.full(len(keys), -1, np.int64)
-    for p, (k, v) in zip(parts, maps):
+    for p, k, v in zip(parts, key_maps, value_maps):
         if np.any(p.first <= last[k]): return None
         counts[np.ix_(k, v)] += p.counts[:, :len(v)]   # a part's key ids are distinct: no two rows of it add to one cell
         last[k] = p.last
-    return list(keys), list(values), counts
+    return keys, values, counts
 
 def _counts_of_columns(cols:dict, key:str, value:str) -> tuple[list, list, np.ndarray]:
     "(keys, values, rows per key and value) of `scan_columns`' columns."
@@ -287,7 +293,7 @@ def scan_counts(path, kind:str='verdict', key:str='name', idx:str='sample_idx', 
     if got is None:                                                 # an index out of order, or many values: by columns
         cols = scan_columns(path, kind, [key, idx, value])
         return None if cols is None else _counts_of_columns(cols, key, value)
-    if not got[0] or (kind == 'verdict' and not set(got[1]) <= set(VERDICTS)): return None
+    if not got[0] or not _known_values(kind, value, got[1]): return None
     return got
 
 def scan_frame(path, kind:str='verdict', columns=('name', 'sample_idx', 'verdict')):

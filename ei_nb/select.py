@@ -53,10 +53,12 @@ def protected_index(protected:list[dict]) -> tuple[set, set]:
     "Names and statement keys of the protected problems."
     return {p['name'] for p in protected}, {statement_key(p['formal_statement']) for p in protected}
 
-def _removed(pool:list[dict], pool_names:list[str], protected:list[dict], candidates:set|None) -> set[int]:
+def _removed(pool:list[dict], pool_names:list[str],
+             index:tuple[set, set], # `protected_index` of the protected problems
+             candidates:set|None) -> set[int]:
     "Indices into `pool` (whose names are `pool_names`) of the problems whose name or statement key is protected; only candidates are keyed."
     from ei_nb.jsonl_scan import statement_keys
-    names, keys = protected_index(protected)
+    names, keys = index
     keyed = [i for i, n in enumerate(pool_names) if n not in names and (candidates is None or n in candidates)]
     leaked = {i for i, key in zip(keyed, statement_keys([pool[i] for i in keyed])) if key in keys}   # keyed in C where the statement is plain
     return {i for i, n in enumerate(pool_names) if n in names} | leaked
@@ -65,17 +67,19 @@ def decontaminate(pool:list[dict], protected:list[dict],
                   candidates:set|None=None, # names that could be selected: only their statements are keyed (None: all)
                  ) -> tuple[list[dict], list[dict]]:
     "Split `pool` into (kept, removed) by name or statement key against `protected`."
-    removed = _removed(pool, [p['name'] for p in pool], list(protected), candidates)
+    removed = _removed(pool, [p['name'] for p in pool], protected_index(protected), candidates)
     return [p for i, p in enumerate(pool) if i not in removed], [pool[i] for i in sorted(removed)]
 
 # %% ../nbs/00_select.ipynb #f957d0c2
 def _rank(seed:int, name:str) -> bytes: return hashlib.sha256(f'{seed}:{name}'.encode()).digest()   # sorts as its hex digest
 
 def _first_clean_zeros(by_name:dict, # the pool's records by name
-                       rate:dict, protected, max_zero:int, seed:int) -> set:
+                       rate:dict,
+                       index:tuple[set, set], # `protected_index` of the protected problems
+                       max_zero:int, seed:int) -> set:
     "The p = 0 problems keyed for selection: in rank order, until `max_zero` of them are not protected (those keyed and found protected included)."
     if max_zero <= 0: return set()
-    names, keys = protected_index(protected)
+    names, keys = index
     zeros = sorted((n for n, p in rate.items() if p == 0 and n in by_name and n not in names), key=lambda n: _rank(seed, n))
     keyed, clean = set(), 0
     for n in zeros:
@@ -109,8 +113,9 @@ def select_problems(pool:list[dict], # problem records of the training pool
     band = {n for n, p in rate.items() if lo < p <= hi}
     pool_names = [p['name'] for p in pool]   # once: a scanned pool's records are looked up by name here only
     by_name = dict(zip(pool_names, pool))
-    zeros = _first_clean_zeros(by_name, rate, list(protected), max_zero if include_zero else 0, seed)
-    removed = _removed(pool, pool_names, list(protected), band | zeros)
+    index = protected_index(protected)   # the protected statements keyed once, for the zeros and the candidates
+    zeros = _first_clean_zeros(by_name, rate, index, max_zero if include_zero else 0, seed)
+    removed = _removed(pool, pool_names, index, band | zeros)
     kept_names = [n for i, n in enumerate(pool_names) if i not in removed] if removed else pool_names
     ranked = partial(_rank, seed)   # ranked: candidates only
     in_band = [n for n in kept_names if n in band]
