@@ -14,7 +14,7 @@ __all__ = ['VERDICTS', 'SCHEMAS', 'KEYS', 'POOL_CAP', 'EVAL_CAP', 'SFT_MAX_TOKEN
            'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'check_output', 'check_record',
            'check_input', 'decode_line', 'iter_jsonl', 'read_records', 'read_problems', 'read_samples', 'read_verdicts',
            'shared_data', 'read_frame', 'jsonl_bytes', 'write_records', 'lean_code_only', 'normalize_ws',
-           'theorem_name', 'statement_key', 'sha256_file', 'sha256_json']
+           'theorem_name', 'statement_key', 'sha256_file', 'sha256_json', 'read_json']
 
 # %% ../nbs/core.ipynb #251d4eac
 class EiError(Exception):
@@ -443,3 +443,11 @@ def sha256_file(path, chunk:int=1<<22) -> str:
 def sha256_json(obj) -> str:
     "Hex sha256 of `obj` as canonical JSON (sorted keys)."
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
+
+# %% ../nbs/core.ipynb #73e1ba28
+def read_json(path, # a JSON file
+              default=None, # returned when the file is missing or not valid JSON
+             ):
+    "The parsed JSON of `path`, or `default` when it is missing or unreadable."
+    try: return json.loads(Path(path).read_text(encoding='utf-8'))
+    except (OSError, ValueError): return default
