@@ -132,6 +132,7 @@ def extract_file(text, path):
     ns_at, out = namespace_at(code), []
     ranges = chunks(code, text)
     for m in _HEAD.finditer(code):
+        if text[m.start()] in ' \t': continue     # indented: inside a body or a quotation (a leading comment blanks to spaces, not col 0)
         mods, head = m.group(1) or '', m.group(2)
         end = next((b for a, b in ranges if a <= m.start(2) < b), len(code))   # modifiers may stand on the lines above
         if 'local' in mods.split(): continue                       # local: gone after the import
