@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark of `ei_nb.verify` without Lean.
+"""Benchmark of the verifier (`ei_nb.policy`, `ei_nb.lean_backends`, `ei_nb.verifier`) without Lean.
 
 1. Extraction + pre-check throughput on real-length completions: each of DeepSeek-Prover-V2's 438
    miniF2F solutions wrapped as a Goedel-style completion (reasoning prose, a draft block, the final
@@ -17,7 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from ei_nb.core import shared_data
-from ei_nb.verify import extract_code, make_verifier, precheck
+from ei_nb.policy import extract_code, precheck
+from ei_nb.verify import make_verifier
 
 FAKE = str(ROOT/'tests'/'fake_repl.py')
 

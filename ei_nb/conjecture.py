@@ -102,7 +102,7 @@ def seed_proofs(problems:list[dict], verdicts:list[dict], # the pool and the lat
 
 def seed_code(proof:str, problem:dict) -> str:
     "The verified code without its header lines and comments: the theorem and its proof (what STP calls the easy theorem)."
-    from ei_nb.verify import split_code
+    from ei_nb.policy import split_code
     from ei_nb.lean_lex import labels
     body = split_code(proof)[1]
     bare = ''.join(ch for ch, lab in zip(body, labels(body)) if lab != 'm' or ch == '\n')
@@ -189,7 +189,7 @@ def conjecture_problem(statement:str, pp:dict, round_idx:int) -> dict:
 
 def precheck_statement(problem:dict, policy=None) -> str|None:
     "The verifier's pre-check on the statement alone (a neutral `skip` for a proof): None, or the rule it breaks."
-    from ei_nb.verify import precheck
+    from ei_nb.policy import precheck
     try: check_record(problem, 'problem')
     except BadInput as e: return f'record: {e}'
     return precheck(problem['formal_statement'] + '\n  skip\n', problem, policy)
@@ -233,7 +233,7 @@ def elaborate(problem:dict, # a conjecture problem record
               easy_timeout:float=10, # seconds the cheap tactics get
              ) -> tuple[str, str|None]:
     "(`accepted` | `not_elaborated` | `too_easy`, detail) of one conjecture."
-    from ei_nb.verify import HeaderStall, LeanError
+    from ei_nb.lean_reply import HeaderStall, LeanError
     stmt = problem['formal_statement'].rstrip()
     try:
         try: err = _lean_errors(backend.run(problem['header'], re.sub(r':=\s*by$', ':= by sorry', stmt) + '\n', timeout))
@@ -251,7 +251,7 @@ def elaborate(problem:dict, # a conjecture problem record
 
 def lemma_statements(names:list[str], header:str, backend, timeout:float=60) -> dict[str, str]:
     "Name -> statement (`theorem NAME args : type`, as Lean's `#check` prints it) of the names Lean knows."
-    from ei_nb.verify import HeaderStall, LeanError
+    from ei_nb.lean_reply import HeaderStall, LeanError
     if not names: return {}
     sent = ''.join(f'#check {n}\n' for n in names)
     try: reply = backend.run(header, sent, timeout)
@@ -270,7 +270,7 @@ def lemma_statements(names:list[str], header:str, backend, timeout:float=60) -> 
 # %% ../nbs/00b_conjecture.ipynb #5d77c63d
 def proof_length(code:str, statement:str) -> int:
     "Characters of the proof after the statement (whitespace-normalised, header and comments excluded)."
-    from ei_nb.verify import split_code
+    from ei_nb.policy import split_code
     body, stmt = normalize_ws(code_only(split_code(code)[1])), normalize_ws(code_only(statement))
     i = body.find(stmt)
     return len(body) - (i + len(stmt)) if i >= 0 else len(body)

@@ -444,7 +444,7 @@ def sha256_json(obj) -> str:
     "Hex sha256 of `obj` as canonical JSON (sorted keys)."
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
 
-# %% ../nbs/core.ipynb #73e1ba28
+# %% ../nbs/core.ipynb #0ceb18bc
 def read_json(path, # a JSON file
               default=None, # returned when the file is missing or not valid JSON
              ):

@@ -6,13 +6,12 @@
 from __future__ import annotations
 import json, os, re, shutil
 from pathlib import Path
-from .core import (BadInput, atomic_write_json, iter_jsonl, lean_code_only, normalize_ws, read_problems,
-                        read_records, sha256_file, shared_data, statement_key, write_records)
+from .core import (BadInput, atomic_write_json, iter_jsonl, lean_code_only, read_problems,
+                        read_records, shared_data, statement_key, write_records)
 
 # %% auto #0
-__all__ = ['DEMO_NOTICE', 'BAD_VALID', 'mask_comments', 'split_lean_file', 'known_good_proofs', 'KnownProofs', 'read_records_any',
-           'known_proof_verifier', 'workbook_problems', 'goedel_v2_test_problems', 'build_demo_data', 'warm_rows',
-           'warm_start']
+__all__ = ['DEMO_NOTICE', 'BAD_VALID', 'mask_comments', 'split_lean_file', 'known_good_proofs', 'workbook_problems',
+           'goedel_v2_test_problems', 'build_demo_data', 'warm_rows', 'warm_start']
 
 # %% ../nbs/demo.ipynb #9bfebba2
 def mask_comments(text:str) -> str:
@@ -81,58 +80,12 @@ def known_good_proofs() -> list[dict]:
                         'source': 'lean-workbook proofs judged valid by kimina-lean-server'})
     return out
 
-# %% ../nbs/demo.ipynb #f65ed0e4
-class KnownProofs:
-    "Index of Lean-accepted proofs by statement key; `match` says whether a code block is one of them."
-    def __init__(self, rows:list[dict]):
-        self.index, self.n = {}, 0
-        for r in rows:
-            self.index.setdefault(r['statement_key'], {}).setdefault(normalize_ws(r['proof']), r['source']); self.n += 1
-
-    @classmethod
-    def from_file(cls, path): return cls(read_records_any(path))
-
-    def match(self, problem:dict, code:str) -> tuple[bool, str]:
-        "(accepted, reason) for `code` claimed to prove `problem`."
-        from ei_nb.verify import split_code
-        body, stmt = normalize_ws(split_code(code)[1]), normalize_ws(problem['formal_statement'])
-        i = body.find(stmt)
-        if i < 0: return False, 'statement not found verbatim (up to whitespace)'
-        if lean_code_only(body[:i]).strip(): return False, 'code other than comments above the theorem'
-        known = self.index.get(statement_key(problem['formal_statement']), {})
-        src = known.get(body[i + len(stmt):].strip())
-        if src is None: return False, f'not one of the {len(known)} known proofs of this statement'
-        return True, f'identical (whitespace-normalised) to a proof Lean accepted ({src})'
-
-def read_records_any(path) -> list[dict]:
-    "JSON objects of a JSON Lines file."
-    return [r for _, r in iter_jsonl(path)]
-
 # %% ../nbs/demo.ipynb #2c3241c0
 DEMO_NOTICE = ('DEMO VERIFICATION, NO LEAN: a proof passes only if it is byte-identical, after whitespace '
                'normalisation, to a proof Lean already accepted (DeepSeek-Prover-V2 and DeepSeek-Prover-V1.5 few-shot '
                'miniF2F proofs, lean-workbook proofs judged valid by kimina-lean-server); every other proof is '
                '`unchecked`. The numbers demonstrate the machinery, not a prover.')
 
-def _verifier_cls():
-    from ei_nb.verify import Verifier
-    class KnownProofVerifier(Verifier):
-        "A `Verifier` that accepts exactly the known Lean-accepted proofs and runs no Lean."
-        def __init__(self, known:KnownProofs, policy=None, identity:dict|None=None):
-            super().__init__(None, policy)
-            self.known, self.identity = known, identity or {'backend': 'known', 'n_known': known.n}
-        def _check(self, problem, sample):
-            verdict, reason, code, extra = super()._check(problem, sample)
-            if verdict != 'unchecked': return verdict, reason, code, extra
-            ok, why = self.known.match(problem, code)
-            return ('pass' if ok else 'unchecked'), f'demo, no Lean ran: {why}', code, {}
-    return KnownProofVerifier
-
-def known_proof_verifier(path, policy=None):
-    "A `KnownProofVerifier` over the known proofs in `path` (JSON Lines written by `build_demo_data`)."
-    from ei_nb.verify import load_policy
-    return _verifier_cls()(KnownProofs.from_file(path), load_policy(policy),
-                           {'backend': 'known', 'known_proofs': str(path), 'sha256': sha256_file(path)})
 
 # %% ../nbs/demo.ipynb #5496950b
 BAD_VALID = ('induction_sum_odd', 'mathd_algebra_247', 'mathd_numbertheory_35')

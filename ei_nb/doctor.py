@@ -95,7 +95,8 @@ def check_lean(ctx:Context, timeout:float=900) -> list[dict]:
                         f"{CHECK_THEOREM} in {check['seconds']} s" if check['reply'] is not None else str(check['reason'])[:200],
                         'build the REPL with its stdout flush (ei setup-lean) and export EI_REPL_BIN=/path/to/repl/.lake/build/bin/repl'))
     else:
-        from ei_nb.verify import LeanBackend, LeanError, judge, with_axioms
+        from ei_nb.lean_backends import LeanBackend
+        from ei_nb.lean_reply import LeanError, judge, with_axioms
         t0 = time.monotonic()
         try: reply = LeanBackend(project).run(CHECK_HEADER, with_axioms(CHECK_THEOREM, 't'), timeout); reason = None
         except LeanError as e: reply, reason = None, str(e)

@@ -37,7 +37,9 @@ def _reply(line:int, msg:str) -> dict:
 def demo_dpo_inputs(out_dir, # folder for problems.jsonl, samples.jsonl, verdicts.jsonl
                     tokenizer=None, round_idx:int=1, n_problems:int=32) -> dict[str, Path]:
     "A crafted round with passes, Lean failures, pre-check cheats, timeouts and `no_code`, in the real formats."
-    from ei_nb.verify import precheck, judge, theorem_name, extract_code
+    from ei_nb.policy import precheck, extract_code
+    from ei_nb.lean_reply import judge
+    from ei_nb.core import theorem_name
     paths = demo_sft_inputs(out_dir, tokenizer, round_idx, n_problems)
     problems = {p['name']: p for p in read_problems(paths['problems'])}
     samples, verdicts = read_samples(paths['samples']), read_verdicts(paths['verdicts'])

@@ -61,7 +61,7 @@ def normalise(row:dict, # a source row with `formal_statement`, optionally `head
 # %% ../nbs/pool.ipynb #961fbc01
 def statement_ok(problem:dict) -> str|None:
     "None when the pre-check accepts the statement with a neutral proof, else its reason."
-    from ei_nb.verify import precheck
+    from ei_nb.policy import precheck
     if not theorem_name(problem['formal_statement']): return 'no theorem declared'
     return precheck(problem['formal_statement'].rstrip() + '\n  rfl\n', problem)
 

@@ -124,7 +124,8 @@ def lean_selfcheck(repl_cmd:list, # the REPL command, e.g. ['lake', 'env', '/abs
                    timeout:float=600, # seconds for the import and the proof (importing Mathlib takes a while)
                   ) -> dict:
     "Prove `CHECK_THEOREM` through the REPL: `{verdict, reason, reply, axioms, seconds}`; never raises for Lean's faults."
-    from ei_nb.verify import Repl, LeanError, judge, with_axioms
+    from ei_nb.lean_backends import Repl
+    from ei_nb.lean_reply import LeanError, judge, with_axioms
     repl, t0 = Repl(repl_cmd, cwd=str(project), mem_mb=None), time.monotonic()
     try:
         reply = repl.run(CHECK_HEADER, with_axioms(CHECK_THEOREM, 't'), timeout, timeout)

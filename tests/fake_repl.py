@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A FAKE Lean REPL for fault-injection tests of `ei_nb.verify`. It runs no Lean and proves nothing.
+"""A FAKE Lean REPL for fault-injection tests of the verifier's Lean back-ends (`ei_nb.lean_backends`). It runs no Lean and proves nothing.
 
 Its replies follow the recordings of the real REPL at tag v4.9.0-rc1 (leanprover-community/repl,
 `test/*.in` / `*.expected.out`, read for this file; `tests/data/repl_v4.9.0-rc1/` keeps a few):

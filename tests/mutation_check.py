@@ -38,8 +38,9 @@ class Mutant:
 def M(name, path, old, new, what, *checks): return Mutant(name, path, old, new, tuple(checks), what)
 
 
-STOP, SEL, EVAL, REP, SFT, AVG, VER, MRK = ('nbs/05_stop_rule.ipynb', 'nbs/00_select.ipynb', 'nbs/04_eval.ipynb',
-    'nbs/06_report.ipynb', 'nbs/02_sft.ipynb', 'nbs/03_average.ipynb', 'nbs/01a_verify.ipynb', 'nbs/markers.ipynb')
+STOP, SEL, EVAL, REP, SFT, AVG, POL, REPLY, MRK = ('nbs/05_stop_rule.ipynb', 'nbs/00_select.ipynb', 'nbs/04_eval.ipynb',
+    'nbs/06_report.ipynb', 'nbs/02_sft.ipynb', 'nbs/03_average.ipynb', 'nbs/01a_policy.ipynb', 'nbs/01a_lean_reply.ipynb',
+    'nbs/markers.ipynb')
 F = 'tests/test_foundation.py::'
 PIN = 'tests/test_science_pins.py::'
 STOP_T = (F + 'test_stop_rule_against_reference', F + 'test_stop_cli')
@@ -150,18 +151,18 @@ MUTANTS = [
       'tests/test_average.py::test_portable_c_kernel_is_exact', 'tests/test_average.py -k "test_bit_exact and 0.7 and F16"'),
     M('kernel-fp-contract', 'nbs/03b_average_kernel.ipynb', "_BASE = ['-O3', '-ffp-contract=off', ", "_BASE = ['-O3', ",
       'the compiler may fuse multiply-adds (one rounding skipped)', 'tests/test_average.py -k "test_bit_exact and 0.7"'),
-    # ---- pre-check rules and the verdict (01a_verify)
-    M('precheck-skips-statement', VER, "if rule == 'statement':", "if rule == 'statement' and False:",
+    # ---- pre-check rules (01a_policy) and the verdict of Lean's reply (01a_lean_reply)
+    M('precheck-skips-statement', POL, "if rule == 'statement':", "if rule == 'statement' and False:",
       'a proof of another statement reaches Lean', *PRE_T, NB),
-    M('precheck-hash-print-only', VER, "for m in _HASH.finditer(clean)]",
+    M('precheck-hash-print-only', POL, "for m in _HASH.finditer(clean)]",
       "for m in _HASH.finditer(clean) if m.group() in _KEYWORDS or m.group().startswith('#print')]",
       '#guard_msgs and other #commands pass the pre-check', *PRE_T, NB),
-    M('statement-prefix-only', VER, 'if norm.startswith(stmt, i): return None',
+    M('statement-prefix-only', POL, 'if norm.startswith(stmt, i): return None',
       'if norm.startswith(stmt[:len(stmt) // 2], i): return None', 'a changed statement tail is accepted', *PRE_T, NB),
-    M('judge-one-sorry-ok', VER, "if sorries: return 'fail'", "if len(sorries) > 1: return 'fail'", 'one sorry passes', *PRE_T, NB),
-    M('judge-fake-report', VER, "if len(mine) > 1: return 'fail'", "if len(mine) > 2: return 'fail'",
+    M('judge-one-sorry-ok', REPLY, "if sorries: return 'fail'", "if len(sorries) > 1: return 'fail'", 'one sorry passes', *PRE_T, NB),
+    M('judge-fake-report', REPLY, "if len(mine) > 1: return 'fail'", "if len(mine) > 2: return 'fail'",
       'a faked second axiom report passes', PIN + 'test_judge_fails_when_two_axiom_reports_sit_at_the_appended_line', *PRE_T, NB),
-    M('judge-any-axiom', VER, 'if a not in allowed_axioms(policy or DEFAULT_POLICY)]', "if a == 'sorryAx']",
+    M('judge-any-axiom', REPLY, 'if a not in allowed_axioms(policy or DEFAULT_POLICY)]', "if a == 'sorryAx']",
       'non-standard axioms pass', *PRE_T, NB),
     # ---- the chain hash (markers)
     M('chain-ignores-seed', MRK, '{k: v for k, v in params.items() if k not in VOLATILE}',

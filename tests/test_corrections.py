@@ -6,7 +6,9 @@ import pytest
 
 from ei_nb.core import check_record, shared_data
 from ei_nb.prompts import CORRECTION_PROMPT, correction_messages, error_feedback
-from ei_nb.verify import MESSAGE_CAP, extract_code, make_verifier
+from ei_nb.lean_reply import MESSAGE_CAP
+from ei_nb.policy import extract_code
+from ei_nb.verify import make_verifier
 
 FAKE = str(Path(__file__).with_name('fake_repl.py'))
 MINIF2F = {r['name']: r for r in map(json.loads, open(shared_data('minif2f_dsp15.jsonl'), encoding='utf-8'))}

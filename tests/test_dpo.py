@@ -250,7 +250,8 @@ def test_loser_prefixes_widen_the_allow_list_explicitly(records, tok):
 # ---------------------------------------------------------------- the demo verifier's rejections
 def test_known_verifier_rejections_are_losers_only_when_named(tok, tmp_path):
     "The real known-proof verifier: a wrong proof is `unchecked` with `DEMO_LOSER`; a `sorry` stays a pre-check cheat."
-    from ei_nb.demo import build_demo_data, known_proof_verifier
+    from ei_nb.demo import build_demo_data
+    from ei_nb.known import known_proof_verifier
     from ei_nb.dpo import DEMO_LOSER, LEAN_ERROR
     demo = build_demo_data(tmp_path / 'demo')
     problems = demo['scored'][:4]

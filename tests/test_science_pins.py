@@ -207,7 +207,7 @@ def test_mcnemar_power_by_enumeration(n, p_disc, delta, alpha):
 def test_judge_fails_when_two_axiom_reports_sit_at_the_appended_line():
     """A second report for the theorem at the line of OUR `#print axioms` (e.g. a clean one faked ahead of the real one)
     makes the verdict fail: which report is the kernel's cannot be told, so neither is trusted."""
-    from ei_nb.verify import judge
+    from ei_nb.lean_reply import judge
     info = lambda line, data: {'severity': 'info', 'pos': {'line': line, 'column': 0}, 'data': data}
     fake, real = info(9, "'t' does not depend on any axioms"), info(9, "'t' depends on axioms: [sorryAx]")
     clean = info(9, "'t' depends on axioms: [propext, Classical.choice, Quot.sound]")

@@ -1,4 +1,4 @@
-"""Tests of `ei_nb.verify` (issue 3). Three kinds, labelled as such:
+"""Tests of the verifier (`ei_nb.policy`, `ei_nb.lean_reply`, `ei_nb.lean_backends`, `ei_nb.verifier`, `ei_nb.verify`; issue 3). Three kinds, labelled as such:
 
 - PRE-CHECK tests (no Lean needed): table-driven cheats and legitimate proofs built on the real
   statements and proofs bundled in `ei_nb/data`, the full few-shot and DeepSeek-Prover-V2 sets, `ei verify`.
@@ -16,8 +16,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ei_nb.cli import main as ei_main
 from ei_nb.core import BadInput, RecordError, StageFailed, check_record, read_verdicts, shared_data
-from ei_nb.verify import (DEFAULT_POLICY, RULES, LeanError, cache_key, extract_code, judge, load_policy, make_verifier,
-                          precheck, split_code, verify_cli)
+from ei_nb.policy import DEFAULT_POLICY, RULES, extract_code, load_policy, precheck, split_code
+from ei_nb.lean_reply import LeanError, judge
+from ei_nb.verifier import cache_key
+from ei_nb.verify import make_verifier, verify_cli
 from tests import fake_repl
 
 FAKE = str(Path(__file__).with_name('fake_repl.py'))

@@ -1,4 +1,4 @@
-"""REPL I/O, protocol fidelity and the back-end registry of `ei_nb.verify` (FAULT-INJECTION: no Lean runs here).
+"""REPL I/O (`ei_nb.lean_backends`), protocol fidelity and the back-end registry of `ei_nb.verify` (FAULT-INJECTION: no Lean runs here).
 
 - the fake REPL writes replies byte-for-byte in the format of the real REPL's recordings (v4.9.0-rc1);
 - a C program that prints with `printf` and never flushes (what the v4.9.0-rc1 REPL is) is read through
@@ -14,7 +14,9 @@ import pytest
 
 from ei_nb.cli import main as ei_main
 from ei_nb.core import BadInput, StageFailed, read_verdicts, write_records
-from ei_nb.verify import (HeaderStall, LeanError, Repl, VerifierSettings, make_verifier, register_backend, verify_cli)
+from ei_nb.lean_reply import HeaderStall, LeanError
+from ei_nb.lean_backends import Repl
+from ei_nb.verify import VerifierSettings, make_verifier, register_backend, verify_cli
 from tests import fake_repl
 from tests.test_verify import FAKE, H, MINIF2F, N, P, S, _proof, fence, sample
 
@@ -128,11 +130,12 @@ def test_registry_plugin_by_name_and_by_import_string(tmp_path):
     with pytest.raises(BadInput, match="unknown backend 'nope'.*'echo'"): make_verifier('nope')
     with pytest.raises(BadInput, match='cannot import'): make_verifier('no_such_pkg.mod:f')
 
-def test_known_backend_is_the_demo_verifier(tmp_path):
+def test_known_backend_is_the_known_proof_verifier(tmp_path):
     from ei_nb.demo import known_good_proofs
+    from ei_nb.known import KnownProofVerifier
     write_records(tmp_path/'known.jsonl', known_good_proofs())
-    assert 'ei_nb.demo' in sys.modules or True
     with make_verifier('known', known_proofs=str(tmp_path/'known.jsonl')) as v:
+        assert isinstance(v, KnownProofVerifier)               # registered by name, like every built-in back-end
         r = v.verify_one(*_proof())
     assert r['verdict'] in ('pass', 'unchecked') and 'demo, no Lean ran' in r['reason']
 
@@ -144,7 +147,7 @@ def test_verify_module_does_not_import_demo():
 # ---------------------------------------------------------------- extraction: the fast scanner = the former regular expression
 import re
 from hypothesis import given, settings, strategies as st
-from ei_nb.verify import extract_code
+from ei_nb.policy import extract_code
 
 _OLD_FENCE = re.compile(r'^[ \t]*```[ \t]*(lean4|lean)[ \t]*\r?\n(.*?)^[ \t]*```[ \t]*\r?$', re.M | re.S | re.I)
 
