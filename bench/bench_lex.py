@@ -21,7 +21,7 @@ from ei_nb.core import shared_data
 from ei_nb.lean_commands import split_commands
 from ei_nb.lean_lex import code_only
 from ei_nb.lean_tokens import tokenize
-from ei_nb.verify import extract_code
+from ei_nb.policy import extract_code
 
 def best_cpu(f, items, reps):
     "Best CPU seconds of `reps` runs of f over items."
