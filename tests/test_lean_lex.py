@@ -1,6 +1,7 @@
 import pytest
-"""Property tests of `ei_nb.lean_lex`: the fast lexer against the reference model of Lean's tokenizer
-(written from `src/Lean/Parser/Basic.lean`), on random mixtures of comment, string and code pieces."""
+"""Property tests of `ei_nb.lean_lex` and `ei_nb.lean_tokens`: the fast lexers against the reference models of Lean's
+tokenizer (written from `src/Lean/Parser/Basic.lean`): comments and literals (`labels`/`reference_labels`), then every
+token (`tokenize`/`reference_tokens`, with the generated token table), on random mixtures and real proofs."""
 import json
 from hypothesis import given, settings, strategies as st, HealthCheck
 
