@@ -488,7 +488,7 @@ def _old_names():
     try: cpu = next((l for l in open('/proc/cpuinfo') if l.startswith(('flags', 'Features'))), '')
     except OSError: cpu = ''
     base = ['-O3', '-ffp-contract=off', '-fno-fast-math', '-shared', '-fPIC']
-    return [f'average-{__import__("hashlib").sha256(chr(10).join([kernel_source('average'), os.environ.get("CC", "gcc"), *base, *f, cpu]).encode()).hexdigest()[:16]}'
+    return [f'average-{__import__("hashlib").sha256(chr(10).join([kernel_source("average"), os.environ.get("CC", "gcc"), *base, *f, cpu]).encode()).hexdigest()[:16]}'
             for f in (['-march=native'], [])]
 
 
