@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ei_nb.average import ALIGN, INDEX, SINGLE, average_checkpoints, load_checkpoint, read_header, save_safetensors
+from ei_nb.average import INDEX, SINGLE, average_checkpoints, load_checkpoint, read_header, save_safetensors
+from ei_nb.average_io import ALIGN
 from ei_nb.average_kernel import kernel_name
 from ei_nb.cli import main
 from ei_nb.core import BadInput, sha256_file
