@@ -42,14 +42,15 @@ def child(mode: str, model: str, data: str, out: str, batch: int) -> dict:
     mark = lambda step, loss: last.update(cpu_s=time.process_time() - c0)   # CPU seconds up to the last step (export excluded)
     if mode == 'load':
         import torch
-        from ei_nb.sft import load_for_training, load_tokenizer, tokenize_rows
+        from ei_nb.rows import load_tokenizer, tokenize_rows
+        from ei_nb.train import load_for_training
         from ei_nb.dpo import read_pairs, tokenize_pairs
         load_for_training(model, torch.device('cpu'), lora_r=64, lora_alpha=128)
         tokenize_pairs(read_pairs(data), load_tokenizer(model))
         res = {}
     elif mode == 'sft':
         from ei_nb.dpo import read_pairs
-        from ei_nb.sft import train_lora
+        from ei_nb.train import train_lora
         rows = [{'name': p['name'], 'sample_idx': 0, 'prompt': p['prompt'], 'completion': p['chosen']} for p in read_pairs(data)]
         m = train_lora(model, rows, out, epochs=1, batch_tokens=batch, save_every=0, log_every=1000, on_step=mark)
         res = {'rows': m['rows'], 'tokens': m['tokens'], 'train_s': m['train_s'], 'steps': m['steps']}
@@ -92,7 +93,7 @@ def main():
     ap.add_argument('--batch-tokens', type=int, default=0)
     a = ap.parse_args()
     if a.child: print(json.dumps(child(a.child, a.model, a.data, a.out_dir, a.batch_tokens))); return
-    from ei_nb.sft import load_tokenizer
+    from ei_nb.rows import load_tokenizer
     from ei_nb.tiny import build_tiny_model
     tmp = Path(tempfile.mkdtemp())
     model = build_tiny_model(tmp / 'tiny', hidden_size=a.hidden, num_hidden_layers=a.layers, intermediate_size=2 * a.hidden)

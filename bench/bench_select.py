@@ -96,7 +96,7 @@ def child(d: str, mode: str):
 
 def check_cost(path: Path):
     "CPU (and wall) seconds on one file: the C scanner, the validated frame, the pyarrow path's UTF-8 scan and parses."
-    from ei_nb.core import _utf8_ok, read_frame
+    from ei_nb.frames import _utf8_ok, read_frame
     from ei_nb.jsonl_scan import scan_counts, scan_file, scanner
     import pyarrow as pa, pyarrow.json as paj
     cols = ['name', 'sample_idx', 'verdict']

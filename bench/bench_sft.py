@@ -21,7 +21,8 @@ import torch
 
 from ei_nb.core import iter_jsonl, read_problems, shared_data
 from ei_nb.prompts import render_prompt
-from ei_nb.sft import collate, completion_loss, micro_batches, plan_steps, tokenize_rows, train_lora
+from ei_nb.rows import collate, micro_batches, tokenize_rows
+from ei_nb.train import completion_loss, plan_steps, train_lora
 from ei_nb.tiny import build_tiny_model
 
 

@@ -5,7 +5,7 @@ reference setting.
 
 Rows: DeepSeek-Prover-V2's miniF2F solutions as completions of the real chat prompt (the real proof-length
 distribution, as bench_sft.py). On the same rows and the tiny model it measures
-- `train`: one `ei_nb.sft.train_lora` run (the recipe's LoRA r 64 / alpha 128, all linear layers, `--epochs`,
+- `train`: one `ei_nb.train.train_lora` run (the recipe's LoRA r 64 / alpha 128, all linear layers, `--epochs`,
   one row per forward pass, checkpoints off), its wall and CPU seconds, and the export;
 - `diagnostic`: what a round adds: load the input model and score every row (`score_rows`), load the output
   model (the merged one here) and score them again, then rank and tabulate (`rank_by_logprob`, `uplift_table`);
@@ -33,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_sft import solution_rows   # noqa: E402
 
-from ei_nb.sft import train_lora   # noqa: E402
+from ei_nb.train import train_lora   # noqa: E402
 from ei_nb.sharpen import load_scorer, rank_by_logprob, score_rows, uplift_table   # noqa: E402
 from ei_nb.tiny import build_tiny_model   # noqa: E402
 

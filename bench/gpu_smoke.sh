@@ -3,8 +3,8 @@
 # this repository and its installed dependencies, run each GPU path of a round once on a small Qwen3 built in code:
 #   1. sample   the transformers sampler in bf16 (tokens/s)
 #   2. train    one LoRA training step in bf16 with gradient checkpointing and the chunked completion loss
-#               (ei_nb.sft.load_for_training + loss_module), then a second step must lower the loss on the same rows
-#   3. export   merge the adapter and export in bf16, reload, compare logits (ei_nb.sft.export_model)
+#               (ei_nb.train.load_for_training + loss_module), then a second step must lower the loss on the same rows
+#   3. export   merge the adapter and export in bf16, reload, compare logits (ei_nb.train.export_model)
 #   4. average  out = 0.3 * base + 0.7 * merged, streamed (ei_nb.average.average_checkpoints), checked on one tensor
 # Prints tokens/s, peak GPU memory and PASS/FAIL per step; exit 0 when every step passes, 1 otherwise.
 # Without CUDA it says so and exits 0 having run nothing.
@@ -81,7 +81,8 @@ def _():
 state = {}
 @step('train')
 def _():
-    from ei_nb.sft import load_for_training, loss_module, collate, tokenize_rows
+    from ei_nb.rows import collate, tokenize_rows
+    from ei_nb.train import load_for_training, loss_module
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(base)
     model, on_disk, bf16 = load_for_training(base, dev, lora_r=16, lora_alpha=32, gradient_checkpointing=True)
@@ -105,7 +106,7 @@ def _():
 
 @step('export')
 def _():
-    from ei_nb.sft import export_model
+    from ei_nb.train import export_model
     info = export_model(state['model'], state['tok'], work/'sft', state['probe'], save_dtype=DT)
     assert (work/'sft'/'merged'/'config.json').is_file() and (work/'sft'/'adapter').is_dir()
     return {k: info[k] for k in ('merge_rel_diff', 'merge_tol', 'save_dtype')}

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from .core import BadInput, fsync_dir, sha256_json
 from .average_io import ALIGN, Buf, Src, Dst, Windows, sha256_stream
-from .average_kernel import _KIND, c_kernel, kernel_name, kernel_source
+from .average_kernel import DTYPE_KIND, c_kernel, kernel_name
 
 # %% auto #0
 __all__ = ['ITEMSIZE', 'FLOATS', 'SINGLE', 'INDEX', 'FORMATS', 'TIED', 'FORMULA', 'COPY_FILES', 'TensorRef', 'read_header',
@@ -143,9 +143,6 @@ def round_f64(x, # float64 values
     r = np.where(a > U(0x7ff0000000000000), nan, np.where(exp > 1023 - B, t, sub)) | ((u >> U(63)) << U(E + M))
     return r.astype(np.uint16 if E + M < 31 else np.uint32).reshape(np.shape(x))
 
-# %% ../nbs/03_average.ipynb #facc354f
-_KERNEL_SRC = kernel_source()   # the kernel's C source, for checks that build it their own way
-
 # %% ../nbs/03_average.ipynb #edc40349
 def _decode(raw, dtype:str):
     import numpy as np
@@ -186,7 +183,7 @@ def avg_into(dtype:str, # 'BF16', 'F16', 'F32' or 'F64'
     mode = 1 if ft_weight == 0 else 2 if ft_weight == 1 else 0
     lib = None if kernel_name(kernel) == 'numpy' else c_kernel()
     if lib is None: return _numpy_avg(dtype, mode, a, bo, n, 1.0 - ft_weight, ft_weight, stats)
-    lib.ei_avg(_KIND[dtype], mode, a.ctypes.data, bo.ctypes.data, n, 1.0 - ft_weight, float(ft_weight),
+    lib.ei_avg(DTYPE_KIND[dtype], mode, a.ctypes.data, bo.ctypes.data, n, 1.0 - ft_weight, float(ft_weight),
                None if stats is None else stats.ctypes.data)
 
 # %% ../nbs/03_average.ipynb #78066644
@@ -258,7 +255,7 @@ class AverageJob:
         if lib is None:
             return _numpy_avg(dtype, mode, abuf.array()[ak:ak + nbytes], wbuf.array()[wk:wk + nbytes], nbytes // ITEMSIZE[dtype],
                               1.0 - self.w, self.w, None if stats is None else stats)
-        lib.ei_avg(_KIND[dtype], mode, abuf.addr + ak, wbuf.addr + wk, nbytes // ITEMSIZE[dtype], 1.0 - self.w, self.w, stats)
+        lib.ei_avg(DTYPE_KIND[dtype], mode, abuf.addr + ak, wbuf.addr + wk, nbytes // ITEMSIZE[dtype], 1.0 - self.w, self.w, stats)
 
     def _element(self, shard, t, e:int) -> bytes:
         es, a, b = ITEMSIZE[t.dtype], Buf(ALIGN), Buf(ALIGN)

@@ -17,7 +17,7 @@ COMMANDS = {
     'verify':   ('ei_nb.verify:verify_cli',        'extract, pre-check and Lean-check completions (01)'),
     'sample':   ('ei_nb.sample:sample_cli',        'sample completions, optionally verified in a pipeline (01)'),
     'sft-data': ('ei_nb.sft:sft_data_cli',         'build SFT rows from verified samples (02_sft)'),
-    'train':    ('ei_nb.sft:train_cli',            'LoRA-train, merge and export a model (02_sft)'),
+    'train':    ('ei_nb.train:train_cli',          'LoRA-train, merge and export a model (02a_train)'),
     'average':  ('ei_nb.average:average_cli',      'stream-average two safetensors checkpoints (03_average)'),
     'eval':     ('ei_nb.eval:eval_cli',            'sample, verify and score the scored set (04_eval)'),
     'stats':    ('ei_nb.eval:stats_cli',           'solved@n and pass@k of a verdict file (04_eval)'),

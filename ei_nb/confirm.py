@@ -439,7 +439,7 @@ def run_arm(cdir, reg:dict, arm:str, problems:list[dict], runner) -> dict:
 # %% ../nbs/confirm.ipynb #869b4ba4
 def summarize(cdir, reg:dict, problems:list[dict]) -> dict:
     "Scores of both arms, the McNemar table, disagreements by name, power, and the registered outcome."
-    from ei_nb.core import read_frame
+    from ei_nb.frames import read_frame
     from ei_nb.eval import score
     from ei_nb.report import solved_by_problem, mcnemar_table, min_detectable_effect, mcnemar_power
     cols, names = ['name', 'sample_idx', 'verdict'], [p['name'] for p in problems]

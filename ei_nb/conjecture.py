@@ -12,7 +12,8 @@ from .core import (SFT_MAX_TOKENS, BadInput, StageFailed, atomic_write_json, che
                         iter_jsonl, statement_key, write_records)
 from .lean_lex import code_only
 from .prompts import render_prompt
-from .sft import add_capped_rows, sft_row, encode, is_protected, join_passes, load_tokenizer, protected_index, protected_key
+from .rows import encode, join_passes, load_tokenizer
+from .sft import add_capped_rows, sft_row, is_protected, protected_index, protected_key
 
 # %% auto #0
 __all__ = ['LEMMA_TACTICS', 'LEMMA_MARK', 'EASY_MARK', 'HARD_MARK', 'HARD_END', 'CONJECTURE_ASK', 'STATUSES', 'EASY_TACTICS',

@@ -4,7 +4,7 @@
 
 # %% ../nbs/core.ipynb #1b3e41d7
 from __future__ import annotations
-import json, os, re, stat, math, time, errno, codecs, tempfile, hashlib, contextlib
+import json, os, re, stat, math, time, errno, tempfile, hashlib, contextlib
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -13,8 +13,8 @@ __all__ = ['VERDICTS', 'SCHEMAS', 'KEYS', 'POOL_CAP', 'EVAL_CAP', 'SFT_MAX_TOKEN
            'DataStop', 'RecordError', 'fsync_dir', 'OutputError', 'remove_stale_temps', 'atomic_path',
            'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'check_output', 'check_record',
            'check_input', 'decode_line', 'iter_jsonl', 'read_records', 'read_problems', 'read_samples', 'read_verdicts',
-           'shared_data', 'read_frame', 'jsonl_bytes', 'write_records', 'lean_code_only', 'normalize_ws',
-           'theorem_name', 'statement_key', 'sha256_file', 'sha256_json', 'read_json']
+           'shared_data', 'jsonl_bytes', 'write_records', 'lean_code_only', 'normalize_ws', 'theorem_name',
+           'statement_key', 'sha256_file', 'sha256_json', 'read_json']
 
 # %% ../nbs/core.ipynb #251d4eac
 class EiError(Exception):
@@ -172,6 +172,17 @@ SCHEMAS = {
 KEYS = {'problem': ('name',), 'sample': ('name', 'sample_idx'), 'verdict': ('name', 'sample_idx')}
 POOL_CAP, EVAL_CAP, SFT_MAX_TOKENS = 16_384, 30_000, 18_432   # generation caps (pool, evaluation) and the SFT row limit
 
+# %% ../nbs/core.ipynb #99881e14
+SCHEMAS |= {
+    'sft_row': {'name': (str, True), 'sample_idx': (int, True), 'prompt': (str, True), 'completion': (str, True),
+                'eos': (bool, False), 'weight': (_NUM, False)},
+    'pair':    {'name': (str, True), 'prompt': (str, True), 'chosen': (str, True), 'rejected': (str, True),
+                'chosen_idx': (int, True), 'rejected_idx': (int, True), 'band': (int, False),
+                'chosen_eos': (bool, False), 'rejected_eos': (bool, False)},
+    'logprob': {'name': (str, True), 'sample_idx': (int, True), 'logprob': (_NUM, True), 'n_tokens': (int, True)},
+}
+KEYS |= {'pair': ('name', 'chosen_idx', 'rejected_idx'), 'logprob': ('name', 'sample_idx')}
+
 # %% ../nbs/core.ipynb #dc372a14
 def _type_ok(value, types) -> bool:
     if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)): return False
@@ -271,116 +282,6 @@ def shared_data(name:str='') -> Path:
     from importlib.resources import files
     if os.environ.get('EI_SHARED_DATA'): return Path(os.environ['EI_SHARED_DATA'])/name
     return Path(str(files('ei_nb')/'data'))/name
-
-# %% ../nbs/core.ipynb #f7f51c16
-def _arrow_type_ok(typ, types) -> bool:
-    import pyarrow as pa
-    types = types if isinstance(types, tuple) else (types,)
-    if pa.types.is_dictionary(typ): typ = typ.value_type
-    if pa.types.is_null(typ): return type(None) in types
-    if pa.types.is_boolean(typ): return bool in types
-    if pa.types.is_integer(typ): return int in types
-    if pa.types.is_floating(typ): return float in types
-    if pa.types.is_string(typ) or pa.types.is_large_string(typ): return str in types
-    return False
-
-def _has_duplicate_keys(table, kind) -> bool:
-    "Whether two rows share a key: integer keys from dictionary codes, checked with a hash index."
-    import numpy as np, pandas as pd, pyarrow.compute as pc
-    names = table['name'].combine_chunks()
-    if not hasattr(names, 'indices'): names = pc.dictionary_encode(names)
-    codes = names.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    if kind == 'problem': return not pd.Index(codes).is_unique
-    idx = table['sample_idx'].to_numpy().astype(np.int64)
-    return not pd.Index(codes * (int(idx.max()) + 1 if len(idx) else 1) + idx).is_unique
-
-def _arrow_kind_ok(table, kind) -> bool:
-    "Column-wise validation of a pyarrow table: types, required non-nulls, verdict values, keys."
-    import pyarrow as pa, pyarrow.compute as pc
-    for field,(types,required) in SCHEMAS[kind].items():
-        if field not in table.column_names:
-            if required: return False
-            continue
-        col = table[field]
-        if not _arrow_type_ok(col.type, types): return False
-        if col.null_count and type(None) not in (types if isinstance(types, tuple) else (types,)): return False
-    if kind=='verdict':   # on the dictionary: a handful of distinct values, not millions of rows
-        v = table['verdict'].combine_chunks()
-        values = v.dictionary if hasattr(v, 'dictionary') else pc.unique(v)
-        if not set(values.to_pylist()) <= set(VERDICTS): return False
-    for field,(types,_) in SCHEMAS[kind].items():
-        if field in table.column_names and pa.types.is_floating(table[field].type):
-            if not pc.all(pc.is_finite(table[field].fill_null(0.0))).as_py(): return False
-    if kind in ('sample','verdict') and len(table) and pc.min(table['sample_idx']).as_py() < 0: return False
-    return not _has_duplicate_keys(table, kind)
-
-def _utf8_ok(path, chunk:int=16<<20) -> bool:
-    "Whether the whole file is UTF-8 (pyarrow does not check): ASCII chunks pass at memory speed, others are decoded."
-    dec = codecs.getincrementaldecoder('utf-8')()
-    try:
-        with open(path, 'rb') as f:
-            while b := f.read(chunk):
-                if not b.isascii() or dec.getstate()[0]: dec.decode(b)
-        dec.decode(b'', final=True)
-    except UnicodeDecodeError: return False
-    return True
-
-_NUMERIC = {k: [f for f,(t,_) in fields.items() if set(t if isinstance(t, tuple) else (t,)) & {int, float}] for k, fields in SCHEMAS.items()}
-
-def _known_fields(kind:str, columns) -> list[str]:
-    "The keys of record `kind` and `columns`, in order, once each; `BadInput` for a field the schema does not have."
-    names = list(dict.fromkeys([*KEYS[kind], *columns]))
-    unknown = [c for c in names if c not in SCHEMAS[kind]]
-    if unknown: raise BadInput(f'{kind} records have no field(s) {unknown}')
-    return names
-
-def _arrow_schema(kind:str, columns):
-    "An explicit pyarrow schema for `columns` of record `kind` (keys always included)."
-    import pyarrow as pa
-    names = _known_fields(kind, columns)
-    def typ(types):
-        types = [t for t in (types if isinstance(types, tuple) else (types,)) if t is not type(None)]
-        return {str: pa.string(), bool: pa.bool_(), int: pa.int64(), float: pa.float64()}[float if float in types else types[0]]
-    return pa.schema([(c, typ(SCHEMAS[kind][c][0])) for c in names])
-
-def read_frame(path, kind:str='verdict', required:bool=True, columns=None):
-    """Read a large JSON Lines file of `kind` records into a DataFrame, validated as `read_records` validates.
-    With `columns`, only those fields (and the keys) are returned, string columns as categoricals: a 3.2 M-row
-    verdict file then needs a few hundred MB, not gigabytes. The C scanner (`ei_nb.jsonl_scan`) is tried first;
-    without a compiler pyarrow parses; whatever either is not sure of, the exact reader reads."""
-    path = check_input(path)
-    wanted = list(dict.fromkeys([*KEYS[kind], *columns])) if columns else None
-    parsed = [*wanted, *_NUMERIC[kind]] if columns else None   # numbers are always checked: no NaN, 1e400 or `true`
-    if columns:
-        _known_fields(kind, parsed)   # an unknown column is refused before anything is read
-        from ei_nb.jsonl_scan import scanner, field_specs, scan_frame
-        if scanner() is not None and field_specs(kind, wanted) is not None:   # the scanner is sure, or the exact reader decides
-            df = scan_frame(path, kind, wanted)
-            return df if df is not None else _frame_of(read_records(path, kind, required), kind, columns)
-    import pyarrow.json as paj, pyarrow as pa, pyarrow.compute as pc
-    opts = paj.ParseOptions(explicit_schema=_arrow_schema(kind, parsed), unexpected_field_behavior='ignore') if columns else None
-    try: table = paj.read_json(path, parse_options=opts) if _utf8_ok(path) else None
-    except pa.ArrowException: table = None
-    if table is not None and columns:   # a field absent from every row is not in the table at all
-        for f in opts.explicit_schema:
-            if f.name not in table.column_names: table = table.append_column(f.name, pa.nulls(len(table), f.type))
-        table = table.combine_chunks()
-        for i,f in enumerate(table.schema):   # categoricals: small in memory, and the key check reuses the codes
-            if pa.types.is_string(f.type) and f.name in wanted: table = table.set_column(i, f.name, pc.dictionary_encode(table[f.name]))
-    if table is None or not _arrow_kind_ok(table, kind) or (required and not len(table)):
-        rows = read_records(path, kind, required)   # raises the precise error, or reads what pyarrow could not
-        return _frame_of(rows, kind, columns)
-    return (table.select(wanted) if columns else table).to_pandas()
-
-def _frame_of(rows:list[dict], kind:str, columns=None):
-    "The DataFrame `read_frame` returns, built from exactly-read rows."
-    import pandas as pd
-    cols = list(dict.fromkeys([*KEYS[kind], *columns])) if columns else list(SCHEMAS[kind])
-    df = pd.DataFrame([{c: r.get(c) for c in cols} for r in rows], columns=cols)
-    if columns:
-        for c in cols:
-            if SCHEMAS[kind][c][0] is str: df[c] = df[c].astype('category')
-    return df
 
 # %% ../nbs/core.ipynb #b77c9af8
 def jsonl_bytes(rows:Iterable[dict]) -> bytes:

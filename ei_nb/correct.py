@@ -9,7 +9,8 @@ from pathlib import Path
 from .core import SFT_MAX_TOKENS, BadInput, atomic_write_json, read_problems, read_samples, read_verdicts, write_records
 from .prompts import correction_messages, error_feedback, render_prompt, statement_open
 from .dpo import LEAN_ERROR, is_lean_failure
-from .sft import add_capped_rows, is_protected, join_passes, load_tokenizer, measure_passes, protected_index, select_proofs, sft_row
+from .rows import join_passes, load_tokenizer
+from .sft import add_capped_rows, is_protected, measure_passes, protected_index, select_proofs, sft_row
 
 # %% auto #0
 __all__ = ['is_fixable', 'correction_candidates', 'correction_prompt', 'correction_problem', 'correction_rows', 'add_corrections',

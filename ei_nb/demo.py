@@ -158,7 +158,7 @@ def warm_start(out_dir, # gets tiny/ (the random model), warm/ (training) and mo
                hidden_size:int=64, num_hidden_layers:int=2, vocab_size:int=1024) -> dict:
     "Build the tiny model and fine-tune all its weights on `rows`; the result is `out_dir/model` (kept if present)."
     from ei_nb.tiny import build_tiny_model
-    from ei_nb.sft import train_lora
+    from ei_nb.train import train_lora
     out_dir = Path(out_dir)
     if (out_dir/'model'/'config.json').exists(): return json.loads((out_dir/'warm'/'train.json').read_text())
     tiny = out_dir/'tiny'

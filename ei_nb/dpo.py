@@ -4,15 +4,16 @@
 
 # %% ../nbs/02b_dpo.ipynb #94993cb6
 from __future__ import annotations
-import json, math, random, shutil, sys, time
+import json, math, random, sys, time
 from collections import Counter, defaultdict
 from functools import partial
 from pathlib import Path
-from .core import (SFT_MAX_TOKENS, BadInput, DataStop, StageFailed, RecordError, atomic_write_json, iter_jsonl, normalize_ws,
-                   read_problems, read_samples, read_verdicts, write_records)
-from .sft import (build_sft_rows, join_passes, load_tokenizer, encode, proof_text, tokenize_rows, collate,
-                  completion_loss, SCHEDULES, save_checkpoint, export_model, load_for_training, demo_sft_inputs,
-                  _completion, _fingerprint, make_optimizer, resume_state, step_due, _progress)
+from .core import (SFT_MAX_TOKENS, BadInput, DataStop, atomic_write_json, read_problems, read_records, read_samples,
+                        read_verdicts, write_records)
+from .rows import collate, completion_text, encode, join_passes, load_tokenizer, proof_text, tokenize_rows
+from .sft import build_sft_rows, demo_sft_inputs, read_protected
+from .train import (TrainingRun, check_schedule, completion_loss, load_for_training, run_fingerprint, run_trainer_cli, train_lora,
+                         train_parser)
 
 # %% auto #0
 __all__ = ['LEAN_ERROR', 'DEMO_LOSER', 'OBJECTIVES', 'DPO_KEYS', 'is_lean_failure', 'demo_dpo_inputs', 'pass_rates', 'draw_pairs',
@@ -109,7 +110,7 @@ def build_pairs(problems:list[dict], samples:list[dict], verdicts:list[dict],
         head = ws[min(ws)]
         losers = {}
         for s,v in _losers(fails.get(name, []), passes[name]):
-            c = _completion(s, tok.eos_token)
+            c = completion_text(s, tok.eos_token)
             n = head['n_prompt_tokens'] + len(encode(tok, [c])[0]) + (not s['capped'])
             if n > max_tokens: st['losers_too_long'] += 1; continue
             losers[s['sample_idx']] = {'completion': c, 'eos': not s['capped'], 'n_tokens': n, 'reason': v['reason']}
@@ -145,20 +146,9 @@ def curriculum(pairs:list[dict], n_stages:int=1) -> list[dict]:
     return sorted(out, key=lambda p: (p['band'], -p['pass_rate'], p['name'], p['chosen_idx'], p['rejected_idx']))
 
 # %% ../nbs/02b_dpo.ipynb #44adf09c
-_PAIR = {'name': str, 'prompt': str, 'chosen': str, 'rejected': str, 'chosen_idx': int, 'rejected_idx': int}
-
 def read_pairs(path) -> list[dict]:
     "Read and check a pairs file (`name`, `prompt`, `chosen`, `rejected`, sample indices; optional `band`, `*_eos`)."
-    path = Path(path)
-    if not path.exists(): raise BadInput(f'{path}: no such file')
-    rows = []
-    for i,row in iter_jsonl(path):
-        if not isinstance(row, dict): raise RecordError(path, i, '-', 'expected a JSON object')
-        for field,typ in _PAIR.items():
-            if not isinstance(row.get(field), typ) or isinstance(row.get(field), bool): raise RecordError(path, i, field, f'missing or not {typ.__name__}')
-        if not isinstance(row.get('band', 0), int): raise RecordError(path, i, 'band', 'not an int')
-        rows.append(row)
-    return rows
+    return read_records(path, 'pair', required=False)
 
 # %% ../nbs/02b_dpo.ipynb #4bb4af72
 def dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, # summed completion log-probs, one per pair
@@ -230,6 +220,19 @@ def _pairs_within(pairs, chosen, rejected, max_tokens:int) -> tuple[list, list, 
     keep = [i for i in range(len(pairs)) if max(len(chosen[i]['ids']), len(rejected[i]['ids'])) <= max_tokens]
     return [pairs[i] for i in keep], [chosen[i] for i in keep], [rejected[i] for i in keep], len(pairs) - len(keep)
 
+def _dpo_plan(pairs_or_path, tok, max_tokens:int, batch_pairs:int, epochs:int, seed:int, max_steps:int) -> tuple:
+    "The examples of the pairs whose sides fit (winners, losers), how many pairs did not, each pair's band, and the optimizer steps."
+    pairs = read_pairs(pairs_or_path) if isinstance(pairs_or_path, (str, Path)) else list(pairs_or_path)
+    chosen, rejected = tokenize_pairs(pairs, tok)
+    pairs, chosen, rejected, n_long = _pairs_within(pairs, chosen, rejected, max_tokens)
+    if not pairs: raise DataStop('no DPO pair to train on')
+    bands = [p.get('band', 0) for p in pairs]
+    steps = plan_dpo_steps(bands, batch_pairs, epochs, seed, max_steps)
+    if not steps: raise BadInput(f'no optimizer step to run (epochs={epochs}, max_steps={max_steps})')
+    return chosen, rejected, n_long, bands, steps
+
+_CURVES = ('loss', 'margin', 'accuracy', 'chosen_reward', 'rejected_reward', 'band', 'lr', 'tokens', 'seconds')
+
 def _record(hist:dict, r:dict, idxs:list[int], band:int, lr:float, chosen, rejected, seconds:float) -> None:
     "Append one step's mean loss, margin, accuracy and rewards, its band, LR, tokens and seconds to `hist`."
     n = len(idxs)
@@ -262,55 +265,30 @@ def train_dpo(model_dir, # the round's input model: the policy starts here and i
              ) -> dict:
     "DPO-train a fresh LoRA on ordered pairs against the adapter-disabled input model; resumable; merge and export."
     import torch
-    from transformers.utils import logging as hf_logging
-    from ei_nb.cli import say
-    if schedule not in SCHEDULES: raise BadInput(f'unknown schedule {schedule!r}: use one of {SCHEDULES}')
-    hf_logging.disable_progress_bar()
+    check_schedule(schedule)
     out_dir, device = Path(out_dir), torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     tok = load_tokenizer(model_dir)
-    pairs = read_pairs(pairs_or_path) if isinstance(pairs_or_path, (str, Path)) else list(pairs_or_path)
-    chosen, rejected = tokenize_pairs(pairs, tok)
-    pairs, chosen, rejected, n_long = _pairs_within(pairs, chosen, rejected, max_tokens)
-    if not pairs: raise DataStop('no DPO pair to train on')
-    bands = [p.get('band', 0) for p in pairs]
-    steps = plan_dpo_steps(bands, batch_pairs, epochs, seed, max_steps)
-    if not steps: raise BadInput(f'no optimizer step to run (epochs={epochs}, max_steps={max_steps})')
+    chosen, rejected, n_long, bands, steps = _dpo_plan(pairs_or_path, tok, max_tokens, batch_pairs, epochs, seed, max_steps)
     params = dict(objective='dpo', beta=beta, lr=lr, epochs=epochs, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
                   target_modules=target_modules, batch_pairs=batch_pairs, max_tokens=max_tokens, warmup_ratio=warmup_ratio,
                   schedule=schedule, weight_decay=weight_decay, max_grad_norm=max_grad_norm, max_steps=max_steps, seed=seed, bands=bands)
-    fingerprint = _fingerprint(chosen + rejected, model_dir, params)
+    fingerprint = run_fingerprint(chosen + rejected, model_dir, params)
     model, save_dtype, bf16 = load_for_training(model_dir, device, False, lora_r, lora_alpha, lora_dropout, target_modules,
                                                 dtype, gradient_checkpointing, attn_implementation, seed)
     autocast = partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16, enabled=bf16)
-    trainable, opt, sched = make_optimizer(model, lr, weight_decay, len(steps), warmup_ratio, schedule)
-    ck_root = out_dir/'checkpoints'
-    hist = {k: [] for k in ('loss', 'margin', 'accuracy', 'chosen_reward', 'rejected_reward', 'band', 'lr', 'tokens', 'seconds')}
-    if not resume: shutil.rmtree(ck_root, ignore_errors=True)
+    run = TrainingRun('dpo', model, out_dir, fingerprint, params, len(steps), {k: [] for k in _CURVES}, save_every, keep_checkpoints,
+                      resume, log_every, on_step)
     t_ref = time.time()
-    ref = _reference(ck_root, fingerprint, model, chosen, rejected, device, loss_chunk, autocast)
+    ref = _reference(run.ck_root, fingerprint, model, chosen, rejected, device, loss_chunk, autocast)
     t_ref = time.time() - t_ref
-    start, hist, ck = resume_state(ck_root, model, opt, sched, fingerprint, hist) if resume else (0, hist, None)
-    if ck: say(f'dpo: resumed from {ck} (step {start}/{len(steps)})')
-    every, t0 = log_every or max(1, len(steps)//20), time.time()
-    for s in range(start, len(steps)):
+    run.restore()
+    for s in range(run.start, len(steps)):
         t_step = time.time()
         r = _dpo_step(model, chosen, rejected, ref, steps[s], beta, device, loss_chunk, autocast)
-        torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
-        lr_now = opt.param_groups[0]['lr']
-        opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
-        _record(hist, r, steps[s], bands[steps[s][0]], lr_now, chosen, rejected, time.time() - t_step)
-        if step_due(s, save_every, len(steps)):
-            save_checkpoint(ck_root, s+1, model, opt, sched, {'fingerprint': fingerprint, 'history': hist}, keep_checkpoints)
-        if step_due(s, every, len(steps)):
-            say(_progress('dpo', hist, s, len(steps), start, t0, f" band {hist['band'][-1]} margin {hist['margin'][-1]:.4f} acc {hist['accuracy'][-1]:.2f}"))
-        if on_step: on_step(s+1, hist['loss'][-1])
-    train_s = time.time() - t0
-    metrics = _dpo_metrics(hist, bands, chosen, rejected, n_long, len(steps), start, t_ref, train_s, params)
-    del opt
-    metrics |= export_model(model, tok, out_dir, [e['ids'][:128] for e in chosen[:2]], save_dtype, max_shard_size, merge_tol)
-    atomic_write_json(out_dir/'train.json', metrics)
-    if cleanup: shutil.rmtree(ck_root, ignore_errors=True)
-    return metrics
+        _record(run.hist, r, steps[s], bands[steps[s][0]], run.optimizer_step(), chosen, rejected, time.time() - t_step)
+        run.after_step(s, f" band {run.hist['band'][-1]} margin {run.hist['margin'][-1]:.4f} acc {run.hist['accuracy'][-1]:.2f}")
+    metrics = _dpo_metrics(run.hist, bands, chosen, rejected, n_long, len(steps), run.start, t_ref, time.time() - run.t0, params)
+    return run.export(model, tok, out_dir, [e['ids'][:128] for e in chosen[:2]], metrics, save_dtype, max_shard_size, merge_tol, cleanup)
 
 # %% ../nbs/02b_dpo.ipynb #7833050f
 def plot_dpo(history:dict, ax=None):
@@ -344,7 +322,6 @@ def _model_id(model_dir) -> list:
 def sft_once(model_dir, rows_path, out_dir, **train_kw) -> dict:
     "`train_lora` into `out_dir`, unless a finished run there had the same rows, model and settings: then its `train.json`."
     from ei_nb.core import sha256_file, sha256_json
-    from ei_nb.sft import train_lora
     out_dir = Path(out_dir)
     key, done = sha256_json({'rows': sha256_file(rows_path), 'model': _model_id(model_dir), 'params': train_kw}), out_dir/'sft_key.json'
     if done.exists() and json.loads(done.read_text()) == key and (out_dir/'merged').exists() and (out_dir/'train.json').exists():
@@ -379,7 +356,6 @@ def dpo_summary(metrics:dict, # what `train_dpo` returned
 def dpo_data_cli(argv:list[str]) -> dict:
     "`ei dpo-data --problems F --samples F --verdicts F --tokenizer DIR --out F [--pairs-per-problem 4] [--n-stages 1] ...`"
     from ei_nb.cli import parser, say
-    from ei_nb.sft import read_protected
     p = parser('dpo-data', 'DPO pairs in curriculum order from verified samples (02b_dpo)')
     for f in ('--problems', '--verdicts', '--samples', '--out', '--tokenizer'): p.add_argument(f, required=True)
     for f,t,d in (('--pairs-per-problem', int, 4), ('--n-stages', int, 1), ('--max-per-problem', int, 4),
@@ -400,7 +376,6 @@ def dpo_data_cli(argv:list[str]) -> dict:
 def dpo_train_cli(argv:list[str]) -> dict:
     "`ei dpo-train --model DIR --data FILE --out-dir DIR [--beta 0.1] [--lr 5e-6] [...]`: the options of `ei train`, DPO's own."
     from ei_nb.cli import positive_float, positive_int
-    from ei_nb.sft import train_parser, run_trainer_cli
     p = train_parser('dpo-train', 'DPO-train a LoRA on ordered pairs, merge and export (02b_dpo)', 5e-6, 1,
                      (('--beta', positive_float, 0.1), ('--batch-pairs', positive_int, 16)))
     return run_trainer_cli(p, argv, train_dpo)

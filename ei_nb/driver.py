@@ -696,7 +696,7 @@ def preflight(self:Run):
 # %% ../nbs/driver.ipynb #3813e1bc
 def score_given_baseline(path, scored_path, n:int) -> int:
     "S_0 from given eval verdicts of the base model; `BadInput` unless every scored problem has `n` samples."
-    from ei_nb.core import read_frame
+    from ei_nb.frames import read_frame
     from ei_nb.eval import score
     v = read_frame(path, 'verdict', columns=['name', 'sample_idx', 'verdict'])
     names, counts = [q['name'] for q in read_problems(scored_path)], v.groupby('name').size()

@@ -5,7 +5,8 @@
 # %% ../nbs/04_eval.ipynb #b7474aa9
 from __future__ import annotations
 import numpy as np
-from .core import BadInput, read_frame
+from .core import BadInput
+from .frames import frame_of, read_frame
 
 # %% auto #0
 __all__ = ['pass_at_k', 'pass_at_k_array', 'ProblemCounts', 'tally_table', 'tally', 'tally_frame', 'counts_of', 'problem_counts',
@@ -115,12 +116,12 @@ def score(verdicts, # a verdicts DataFrame, or their `ProblemCounts`
 # %% ../nbs/04_eval.ipynb #e0b3242e
 def verdict_counts(path) -> ProblemCounts:
     "The `ProblemCounts` of a verdict file, validated as `read_frame` validates it (no pandas when the C scanner is sure)."
-    from ei_nb.core import _frame_of, read_records
+    from ei_nb.core import read_records
     from ei_nb.jsonl_scan import scan_counts, scanner
     wanted = ['name', 'sample_idx', 'verdict']
     if scanner() is None: return tally_frame(read_frame(path, 'verdict', columns=wanted))   # pyarrow, then the exact reader
     table = scan_counts(path, 'verdict')   # samples per (problem, verdict), counted in C
-    if table is None: return tally_frame(_frame_of(read_records(path, 'verdict'), 'verdict', wanted))   # not rescanned: the exact reader decides
+    if table is None: return tally_frame(frame_of(read_records(path, 'verdict'), 'verdict', wanted))   # not rescanned: the exact reader decides
     return tally_table(*table)
 
 def stats_cli(argv):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from json.decoder import scanstring
 from .core import SCHEMAS, KEYS, VERDICTS, check_input, decode_line, statement_key
-from .average_kernel import c_library
+from .ckernel import c_library
 
 # %% auto #0
 __all__ = ['T_STR', 'T_INT', 'T_FLOAT', 'T_BOOL', 'T_NULL', 'T_LIST', 'F_REQUIRED', 'F_OUT_STR', 'F_OUT_INT', 'F_NONNEG',

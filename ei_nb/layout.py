@@ -85,6 +85,10 @@ class RoundLayout:
     def merged(self) -> Path: return self/'merged'
     @property
     def sft_logprobs(self) -> Path: return self/'sft_logprobs.jsonl'
+    @property
+    def dpo_pairs(self) -> Path: return self/'dpo_pairs.jsonl'
+    @property
+    def sft_model(self) -> Path: return self/'sft_model'   # objective sft_then_dpo: the SFT half's own adapter/ and merged/
     # 03_average
     @property
     def model(self) -> Path: return self/'model'
@@ -223,12 +227,14 @@ def write_stage_json(path, # where stage.json goes ('' or None: nowhere)
                      wall_s:float, # seconds the stage took
                      status:str='done', # done, or data_stop
                      reason:str|None=None, # the data-stop reason
+                     detail:dict|None=None, # the rest of its numbers (curves, counts by unit), after the headline
                     ) -> dict|None:
     "Write (atomically) and return the stage's account of itself."
     rec = {'stage': stage, 'status': status, 'reason': reason,
            'inputs': {k: {'path': str(v), **(digest(v) or {'missing': True})} for k, v in inputs.items() if v},
            'outputs': {k: {'path': str(v), **(digest(v) or {'missing': True})} for k, v in outputs.items() if v},
-           'params': _plain(params), 'headline': _plain(headline), 'wall_s': round(float(wall_s), 3),
+           'params': _plain(params), 'headline': _plain(headline), **({'detail': _plain(detail)} if detail is not None else {}),
+           'wall_s': round(float(wall_s), 3),
            'finished': datetime.datetime.now().isoformat(timespec='seconds')}
     if path: atomic_write_json(path, rec)
     return rec

@@ -5,7 +5,8 @@
 # %% ../nbs/06_report.ipynb #e6d8ea82
 from __future__ import annotations
 import numpy as np
-from .core import BadInput, read_frame, read_problems
+from .core import BadInput, read_problems
+from .frames import read_frame
 
 # %% auto #0
 __all__ = ['mcnemar_p', 'solved_by_problem', 'mcnemar_table', 'mcnemar_power', 'min_detectable_effect', 'power_statement',
@@ -273,7 +274,7 @@ def save_figure(fig, figures_dir, name:str):
 def plot_bands(run:dict):
     "One pass-rate histogram per round: the measurement that selected it, the band shaded, the selected problems in green."
     import matplotlib.pyplot as plt, pandas as pd
-    from ei_nb.core import read_frame
+    from ei_nb.frames import read_frame
     from ei_nb.select import pass_rates, plot_band
     rs = [r for r in run['rounds'] if r['select'] and r['measurement'] and r['measurement'].exists()]
     fig, axes = plt.subplots(1, max(1, len(rs)), figsize=(6 * max(1, len(rs)), 3.3), squeeze=False)
@@ -327,7 +328,7 @@ def plot_sft(run:dict):
 def plot_pass_at_k(run:dict):
     "pass@k for k = 1..n of the baseline and of every round."
     import matplotlib.pyplot as plt
-    from ei_nb.core import read_frame
+    from ei_nb.frames import read_frame
     from ei_nb.eval import problem_counts, pass_at_k_mean
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     curves = {}   # identical curves are drawn once, labelled with every round they belong to

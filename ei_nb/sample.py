@@ -302,6 +302,72 @@ def _progress(total:int, progress):
 def _quiet(*args): pass
 
 # %% ../nbs/01b_sample.ipynb #0ae1457a
+class _Records:
+    "The samples and verdicts of a run so far (keyed by (name, sample_idx)), the verifier's feed, and their two files."
+    def __init__(self, kept:list, samples:dict, verdicts:dict, samples_path, verdicts_path, feed, style:str):
+        self.order = {p['name']: i for i,(p,_) in enumerate(kept)}   # files list the problems in input order
+        self.by_name = {p['name']: p for p,_ in kept}
+        self.samples, self.verdicts, self.feed, self.style = samples, verdicts, feed, style
+        self.samples_path, self.verdicts_path, self.lock = samples_path, verdicts_path, threading.Lock()
+
+    def _key(self, r) -> tuple: return (self.order[r['name']], r['sample_idx'])
+
+    def _verify(self, sample:dict): self.feed.put(self.by_name[sample['name']], for_verifier(self.by_name[sample['name']], sample, self.style))
+
+    def queue_unverified(self):
+        "Send the verifier every sample on disk that has no verdict yet, in file order."
+        for k in sorted(set(self.samples) - set(self.verdicts), key=lambda k: (self.order[k[0]], k[1])) if self.feed else []:
+            self._verify(self.samples[k])
+
+    def add(self, rows:list[dict]):
+        "New samples: kept, and sent to the verifier."
+        with self.lock: self.samples.update(_keyed(rows))
+        for r in rows:
+            if self.feed: self._verify(r)
+
+    def write(self):
+        "Both files, atomically, each complete: the verdicts so far, every one with its sample in the samples file."
+        new_v = _keyed(self.feed.collected()) if self.feed else {}        # verdicts first: each has its sample in the snapshot below
+        with self.lock: rows = sorted(self.samples.values(), key=self._key)
+        write_records(self.samples_path, rows, 'sample')
+        if self.verdicts_path: write_records(self.verdicts_path, sorted((self.verdicts | new_v).values(), key=self._key), 'verdict')
+
+# %% ../nbs/01b_sample.ipynb #74885788
+def _sample_chunk(rec:_Records, chunk:list, sampler, params:SampleParams, round_idx:int) -> tuple[list[dict], float]:
+    "Generate one chunk, hand its samples to `rec` (and so to the verifier); the samples and the seconds generation took."
+    tg = time.perf_counter()
+    outs = sampler.generate([pr for _,pr in chunk], params, [derive_seed(params.seed, p['name']) for p,_ in chunk])
+    dt = time.perf_counter() - tg
+    rows = [{'name': p['name'], 'sample_idx': i, 'round': round_idx, **o} for (p,_),os_ in zip(chunk, outs) for i,o in enumerate(os_)]
+    rec.add(rows)
+    return rows, dt
+
+def _generate(rec:_Records, todo:list, sampler, params:SampleParams, round_idx:int, log, progress) -> dict:
+    "Generate the chunks `todo`, writing both files in the background as they end; generation seconds, tokens, and the verdicts made meanwhile."
+    writer, bar = BackgroundWriter(rec.write), _progress(sum(map(len, todo)) * params.n, progress)
+    gen_s, tokens, during, ok = 0.0, 0, 0, False
+    try:
+        for ci, chunk in enumerate(todo):
+            rows, dt = _sample_chunk(rec, chunk, sampler, params, round_idx)
+            gen_s += dt
+            writer.request()
+            got = rec.feed.snapshot() if rec.feed else []
+            n_tok = sum(r['n_tokens'] for r in rows); tokens += n_tok
+            n_pass = sum(v['verdict'] == 'pass' for v in got)
+            bar.update(len(rows)); bar.set_postfix_str(f'{tokens/gen_s:.0f} tok/s, pass {n_pass}/{len(got)}', refresh=False)
+            log(f'chunk {ci+1}/{len(todo)}: {len(rows)} samples, {n_tok} tokens in {dt:.1f}s ({n_tok/dt:.0f} tok/s); verified {len(got)}, pass {n_pass}')
+        gen_end = time.perf_counter()
+        during = len(rec.feed.snapshot()) if rec.feed else 0
+        if rec.feed: rec.feed.close()
+        ok = True
+    finally:
+        bar.close()
+        if not ok and rec.feed: rec.feed.close(wait=False)
+        writer.close()
+        rec.write()
+    return {'gen_s': gen_s, 'gen_end': gen_end, 'tokens': tokens, 'during': during}
+
+# %% ../nbs/01b_sample.ipynb #64848d51
 def run_pipeline(problems:list[dict], # problem records, in the order chunks are formed
                  sampler, # a `TransformersSampler`, `VllmSampler` or anything with the same interface
                  samples_path, # sample records, rewritten atomically as chunks finish
@@ -322,7 +388,7 @@ def run_pipeline(problems:list[dict], # problem records, in the order chunks are
     if style not in PROMPT_STYLES: raise BadInput(f'unknown prompt style {style!r}: use one of {PROMPT_STYLES}')
     t0 = time.perf_counter()
     kept, dropped = plan_prompts(problems, sampler.tokenizer, sampler.context, style, max_prompt_frac)
-    order, by_name = {p['name']: i for i,(p,_) in enumerate(kept)}, {p['name']: p for p,_ in kept}
+    order = {p['name']: i for i,(p,_) in enumerate(kept)}
     pre_names, samples, verdicts = _prefilled(prefill, order, params.n, round_idx, verifier is not None)
     _check_resume(samples_path, {'sampler': sampler.name, **asdict(params), 'round': round_idx, 'style': style,
                                  'chunk_problems': chunk_problems, 'max_prompt_frac': max_prompt_frac, 'problems': sha256_json(list(order)),
@@ -330,48 +396,15 @@ def run_pipeline(problems:list[dict], # problem records, in the order chunks are
     samples |= _existing(samples_path, 'sample', set(order), round_idx)
     verdicts = {k: v for k,v in (verdicts | _existing(verdicts_path, 'verdict', set(order), round_idx)).items() if k in samples}
     n_resumed, todo = len(samples), _chunks_to_do(kept, chunk_problems, samples, params.n)
-    feed, lock, key = (VerifyFeed(verifier, round_idx) if verifier else None), threading.Lock(), lambda r: (order[r['name']], r['sample_idx'])
-
-    def write():
-        new_v = _keyed(feed.collected()) if feed else {}        # verdicts first: each has its sample in the snapshot below
-        with lock: rows = sorted(samples.values(), key=key)
-        write_records(samples_path, rows, 'sample')
-        if verdicts_path: write_records(verdicts_path, sorted((verdicts | new_v).values(), key=key), 'verdict')
-
-    for k in sorted(set(samples) - set(verdicts), key=lambda k: (order[k[0]], k[1])) if feed else []:
-        feed.put(by_name[k[0]], for_verifier(by_name[k[0]], samples[k], style))
-    write()
-    writer, bar = BackgroundWriter(write), _progress(sum(map(len, todo)) * params.n, progress)
-    gen_s, tokens, during, ok = 0.0, 0, 0, False
-    try:
-        for ci, chunk in enumerate(todo):
-            tg = time.perf_counter()
-            outs = sampler.generate([pr for _,pr in chunk], params, [derive_seed(params.seed, p['name']) for p,_ in chunk])
-            dt = time.perf_counter() - tg; gen_s += dt
-            rows = [{'name': p['name'], 'sample_idx': i, 'round': round_idx, **o} for (p,_),os_ in zip(chunk, outs) for i,o in enumerate(os_)]
-            with lock: samples.update(_keyed(rows))
-            for r in rows:
-                if feed: feed.put(by_name[r['name']], for_verifier(by_name[r['name']], r, style))
-            writer.request()
-            got = feed.snapshot() if feed else []
-            n_tok = sum(r['n_tokens'] for r in rows); tokens += n_tok
-            n_pass = sum(v['verdict'] == 'pass' for v in got)
-            bar.update(len(rows)); bar.set_postfix_str(f'{tokens/gen_s:.0f} tok/s, pass {n_pass}/{len(got)}', refresh=False)
-            log(f'chunk {ci+1}/{len(todo)}: {len(rows)} samples, {n_tok} tokens in {dt:.1f}s ({n_tok/dt:.0f} tok/s); verified {len(got)}, pass {n_pass}')
-        gen_end = time.perf_counter()
-        during = len(feed.snapshot()) if feed else 0
-        if feed: feed.close()
-        ok = True
-    finally:
-        bar.close()
-        if not ok and feed: feed.close(wait=False)
-        writer.close()
-        write()
-    new_v = _keyed(feed.collected()) if feed else {}
+    rec = _Records(kept, samples, verdicts, samples_path, verdicts_path, VerifyFeed(verifier, round_idx) if verifier else None, style)
+    rec.queue_unverified(); rec.write()
+    gen = _generate(rec, todo, sampler, params, round_idx, log, progress)
+    new_v = _keyed(rec.feed.collected()) if rec.feed else {}
     verdicts |= new_v
     return _summary(problems, kept, dropped, samples, verdicts, n_resumed, len(pre_names)) | {
-        'verified_during_generation': during, 'tokens_generated': tokens, 'tokens_per_s': round(tokens / gen_s, 1) if gen_s else None,
-        'timings': _timings(t0, gen_end, gen_s, feed, sum(v.get('verify_s') or 0 for v in new_v.values()))}
+        'verified_during_generation': gen['during'], 'tokens_generated': gen['tokens'],
+        'tokens_per_s': round(gen['tokens'] / gen['gen_s'], 1) if gen['gen_s'] else None,
+        'timings': _timings(t0, gen['gen_end'], gen['gen_s'], rec.feed, sum(v.get('verify_s') or 0 for v in new_v.values()))}
 
 # %% ../nbs/01b_sample.ipynb #6aa632e0
 def verifier_of(backend:str|None, # the back-end name (none, repl, lean, server, known, package.module:factory); None: no verifier

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 from pathlib import Path
-from .core import BadInput, atomic_write_json, read_problems, read_samples, read_verdicts
-from .sample import POOL_CAP, SampleParams, make_sampler, open_verifier, run_pipeline, verifier_of
+from .core import POOL_CAP, BadInput, atomic_write_json, read_problems, read_samples, read_verdicts
+from .sample import SampleParams, make_sampler, open_verifier, run_pipeline, verifier_of
 from .eval import problem_counts, plot_pass_counts
 
 # %% auto #0

@@ -11,13 +11,15 @@ import numpy as np
 from .core import SFT_MAX_TOKENS, BadInput, atomic_path
 from .eval import pass_at_k_array, problem_counts
 from .prompts import render_prompt
-from .sft import _completion, collate, join_passes, micro_batches, problem_passes, proof_text, token_logprobs, tokenize_rows
+from .rows import (collate, completion_text, join_passes, load_tokenizer, micro_batches, problem_passes, proof_text, read_logprobs,
+                        tokenize_rows)
+from .train import token_logprobs
 
 # %% auto #0
 __all__ = ['example_logprobs', 'correct_rows', 'subsample_problems', 'load_scorer', 'score_rows', 'score_passes',
            'rank_by_logprob', 'uplift_table', 'uplift_summary', 'kept_change', 'doubling', 'pass_at_n_curve',
            'distinct_correct', 'plot_uplift', 'plot_pass_curves', 'save_uplift_png', 'sharpening_rows',
-           'sharpening_table', 'plot_sharpening', 'read_logprobs', 'logprobs_cli', 'uplift_report', 'uplift_cli']
+           'sharpening_table', 'plot_sharpening', 'logprobs_cli', 'uplift_report', 'uplift_cli']
 
 # %% ../nbs/07_sharpen.ipynb #0578c8c9
 def example_logprobs(model, examples:list[dict], # `ids` and `n_prompt` of each row, as `tokenize_rows` makes them
@@ -48,7 +50,7 @@ def correct_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
         prompt = render_prompt(p, tokenizer, style)
         for s, v in ps:
             rows.append({'name': p['name'], 'sample_idx': s['sample_idx'], 'prompt': prompt,
-                         'completion': _completion(s, eos), 'eos': not s['capped'],
+                         'completion': completion_text(s, eos), 'eos': not s['capped'],
                          'proof': proof_text(s, v), 'n_samples': n[p['name']]})
     return rows
 
@@ -94,7 +96,6 @@ def score_passes(model_dir, problems:list[dict], samples:list[dict], verdicts:li
                  only=None, # score only these `(name, sample_idx)` pairs (None: every pass)
                  pack_tokens:int=0, device=None) -> list[dict]:
     "`score_rows` of the pass samples of a round under the model in `model_dir` (`name`, `sample_idx`, `logprob`, `n_tokens`)."
-    from ei_nb.sft import load_tokenizer
     tok = load_tokenizer(model_dir)
     rows = correct_rows(problems, samples, verdicts, tok, style)
     if only is not None: rows = [r for r in rows if (r['name'], r['sample_idx']) in set(only)]
@@ -156,7 +157,7 @@ def pass_at_n_curve(verdicts, # verdict records or DataFrame (`name`, `sample_id
 
 # %% ../nbs/07_sharpen.ipynb #53958182
 def distinct_correct(samples:list[dict], verdicts:list[dict]) -> dict[str, int]:
-    "Number of distinct correct proofs (`ei_nb.sft.proof_text`) of each solved problem."
+    "Number of distinct correct proofs (`ei_nb.rows.proof_text`) of each solved problem."
     passes, _ = join_passes(samples, verdicts)
     return {name: len({proof_text(s, v) for s, v in ps}) for name, ps in sorted(passes.items())}
 
@@ -245,30 +246,11 @@ def plot_sharpening(rows:list[dict]):
     fig.tight_layout()
     return fig
 
-# %% ../nbs/07_sharpen.ipynb #cb291180
-_LP_FIELDS = {'name': (str,), 'sample_idx': (int,), 'logprob': (int, float), 'n_tokens': (int,)}
-
-def read_logprobs(path) -> 'pd.DataFrame':
-    "Read and check a log-prob file: `name`, `sample_idx`, `logprob`, `n_tokens` per line, one line per sample."
-    import pandas as pd
-    from ei_nb.core import RecordError, iter_jsonl
-    path = Path(path)
-    if not path.exists(): raise BadInput(f'{path}: no such file')
-    recs, seen = [], set()
-    for i, row in iter_jsonl(path):
-        if not isinstance(row, dict): raise RecordError(path, i, '-', 'expected a JSON object')
-        for f, types in _LP_FIELDS.items():
-            if isinstance(row.get(f), bool) or not isinstance(row.get(f), types): raise RecordError(path, i, f, f'missing or not {types[-1].__name__}')
-        if (key := (row['name'], row['sample_idx'])) in seen: raise RecordError(path, i, 'sample_idx', f'sample {key} appears twice')
-        seen.add(key); recs.append({f: row[f] for f in _LP_FIELDS})
-    return pd.DataFrame(recs, columns=list(_LP_FIELDS))
-
-# %% ../nbs/07_sharpen.ipynb #24bb51f3
+# %% ../nbs/07_sharpen.ipynb #e0ea376d
 def logprobs_cli(argv:list[str]) -> dict:
     "`ei logprobs --model DIR --problems F --samples F --verdicts F --out F [--only F | --max-samples N --seed S]`"
     from ei_nb.cli import parser, say
     from ei_nb.core import read_problems, read_samples, read_verdicts, write_records
-    from ei_nb.sft import load_tokenizer
     p = parser('logprobs', 'teacher-forced log-probs of the correct samples under a model (07_sharpen)')
     for f in ('--model', '--problems', '--samples', '--verdicts', '--out'): p.add_argument(f, required=True)
     p.add_argument('--only', help='score only the samples of this log-prob file (the output model after the input model)')

@@ -41,6 +41,7 @@ def M(name, path, old, new, what, *checks): return Mutant(name, path, old, new, 
 STOP, SEL, EVAL, REP, SFT, AVG, POL, REPLY, MRK = ('nbs/05_stop_rule.ipynb', 'nbs/00_select.ipynb', 'nbs/04_eval.ipynb',
     'nbs/06_report.ipynb', 'nbs/02_sft.ipynb', 'nbs/03_average.ipynb', 'nbs/01a_policy.ipynb', 'nbs/01a_lean_reply.ipynb',
     'nbs/markers.ipynb')
+ROWS, TRAIN = 'nbs/rows.ipynb', 'nbs/02a_train.ipynb'   # forward passes and their mask; the completion-only loss
 F = 'tests/test_foundation.py::'
 PIN = 'tests/test_science_pins.py::'
 STOP_T = (F + 'test_stop_rule_against_reference', F + 'test_stop_cli')
@@ -114,7 +115,7 @@ MUTANTS = [
     M('mcnemar-no-discordant', REP, 'if b + c == 0: return 1.0', 'if b + c == 0: return 0.0',
       'no discordant pair reads as significant', *MCN_T, NB),
     M('power-alpha-strict', REP, '<= alpha])', '< alpha])', 'power counts rejections at p < alpha only', *MCN_T, NB),
-    # ---- keep rules and loss masking (02_sft)
+    # ---- keep rules (02_sft), loss masking (rows, 02a_train)
     M('keep-default-5', SFT, 'max_per_problem:int=4, # distinct proofs kept per problem at most',
       'max_per_problem:int=5, # distinct proofs kept per problem at most', 'build_sft_rows keeps 5 proofs by default', *KEEP_T, NB),
     M('keep-cli-default-5', SFT, "p.add_argument('--max-per-problem', type=positive_int, default=4)",
@@ -131,11 +132,11 @@ MUTANTS = [
       'a row of exactly max_tokens is dropped', *KEEP_T, NB),
     M('keep-protected', SFT, "if is_protected(p, index): st['dropped_protected'] += 1; continue",
       "if False: st['dropped_protected'] += 1; continue", 'protected problems are trained on', *KEEP_T, NB),
-    M('mask-includes-prompt', SFT, "mask = [j >= examples[i]['n_prompt'] for", 'mask = [j >= 0 for',
+    M('mask-includes-prompt', ROWS, "mask = [j >= examples[i]['n_prompt'] for", 'mask = [j >= 0 for',
       'the loss includes the prompt', *MASK_T, NB),
-    M('mask-off-by-one', SFT, "mask = [j >= examples[i]['n_prompt'] for", "mask = [j > examples[i]['n_prompt'] for",
+    M('mask-off-by-one', ROWS, "mask = [j >= examples[i]['n_prompt'] for", "mask = [j > examples[i]['n_prompt'] for",
       'the first completion token is not learned', *MASK_T, NB),
-    M('loss-shift', SFT, 'm = target_mask[:, 1:]', 'm = target_mask[:, :-1]', 'the loss predicts the wrong positions', *MASK_T, NB),
+    M('loss-shift', TRAIN, 'm = target_mask[:, 1:]', 'm = target_mask[:, :-1]', 'the loss predicts the wrong positions', *MASK_T, NB),
     # ---- averaging (03_average, and the kernel's C source)
     M('avg-weights-swapped', AVG, 'nbytes // ITEMSIZE[dtype], 1.0 - self.w, self.w, stats)',
       'nbytes // ITEMSIZE[dtype], self.w, 1.0 - self.w, stats)', 'ft_weight applied to the anchor', *AVG_T, NB),
@@ -149,7 +150,7 @@ MUTANTS = [
     M('kernel-no-ties-to-even', 'ei_nb/kernels/average.c', 't = (t + ((1ULL << (s - 1)) - 1) + ((t >> s) & 1)) >> s;',
       't = (t + ((1ULL << (s - 1)) - 1)) >> s;', 'the C kernel breaks ties downwards',
       'tests/test_average.py::test_portable_c_kernel_is_exact', 'tests/test_average.py -k "test_bit_exact and 0.7 and F16"'),
-    M('kernel-fp-contract', 'nbs/03b_average_kernel.ipynb', "_BASE = ['-O3', '-ffp-contract=off', ", "_BASE = ['-O3', ",
+    M('kernel-fp-contract', 'nbs/ckernel.ipynb', "_BASE = ['-O3', '-ffp-contract=off', ", "_BASE = ['-O3', ",
       'the compiler may fuse multiply-adds (one rounding skipped)', 'tests/test_average.py -k "test_bit_exact and 0.7"'),
     # ---- pre-check rules (01a_policy) and the verdict of Lean's reply (01a_lean_reply)
     M('precheck-skips-statement', POL, "if rule == 'statement':", "if rule == 'statement' and False:",

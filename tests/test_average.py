@@ -6,8 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ei_nb.average import (ALIGN, INDEX, SINGLE, average_checkpoints, kernel_name, load_checkpoint, read_header,
-                           save_safetensors)
+from ei_nb.average import INDEX, SINGLE, average_checkpoints, load_checkpoint, read_header, save_safetensors
+from ei_nb.average_io import ALIGN
+from ei_nb.average_kernel import kernel_name
 from ei_nb.cli import main
 from ei_nb.core import BadInput, sha256_file
 
@@ -150,9 +151,10 @@ def test_cold_inputs_read_with_o_direct(pairs, tmp_path):
 def test_portable_c_kernel_is_exact(pairs, tmp_path):
     "The kernel built without AVX2 (what other CPUs run: scalar C) gives the same bits as the reference."
     import ctypes, shutil as sh
-    from ei_nb.average import _KERNEL_SRC, _KIND
+    from ei_nb.average_kernel import DTYPE_KIND
+    from ei_nb.ckernel import kernel_source
     if not sh.which('gcc'): pytest.skip('no gcc')
-    (tmp_path / 'k.c').write_text(_KERNEL_SRC)
+    (tmp_path / 'k.c').write_text(kernel_source('average'))
     subprocess.run(['gcc', '-O3', '-ffp-contract=off', '-shared', '-fPIC', '-o', str(tmp_path / 'k.so'), str(tmp_path / 'k.c')], check=True)
     lib = ctypes.CDLL(str(tmp_path / 'k.so'))
     lib.ei_avg.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_double, ctypes.c_double, ctypes.c_void_p]
@@ -162,7 +164,7 @@ def test_portable_c_kernel_is_exact(pairs, tmp_path):
         x, y = a['big.weight'][1].reshape(-1), f['big.weight'][1].reshape(-1)
         for w in (0.7, 1 / 3):
             out = y.copy()
-            lib.ei_avg(_KIND[dtype], 0, x.ctypes.data, out.ctypes.data, x.size, 1 - w, w, None)
+            lib.ei_avg(DTYPE_KIND[dtype], 0, x.ctypes.data, out.ctypes.data, x.size, 1 - w, w, None)
             assert_exact(out, x, y, dtype, w)
 
 
@@ -456,7 +458,7 @@ int ei_avg(int kind, int mode, const void *a, void *b, size_t n, double ca, doub
 '''
 
 # averages 1.0 and 2.0 (bf16) with weight 0.5 through the C kernel: 1.5 is 0x3fc0; the planted ei_avg leaves 0x4000
-PROBE = ('import json, numpy as np; from ei_nb.average import avg_into, kernel_name; '
+PROBE = ('import json, numpy as np; from ei_nb.average import avg_into; from ei_nb.average_kernel import kernel_name; '
          'a, b = np.full(8, 0x3f80, np.uint16), np.full(8, 0x4000, np.uint16); name = kernel_name("c"); '
          'avg_into("BF16", a.view(np.uint8), b.view(np.uint8), 0.5, kernel="c"); '
          'print(json.dumps({"kernel": name, "out": int(b[0])}))')
@@ -483,11 +485,11 @@ def _probe(tmp_path, cache):
 
 def _old_names():
     "The file names the old cache used, computed its way: sha256 of source, compiler, flags and CPU flags."
-    from ei_nb.average import _KERNEL_SRC
+    from ei_nb.ckernel import kernel_source
     try: cpu = next((l for l in open('/proc/cpuinfo') if l.startswith(('flags', 'Features'))), '')
     except OSError: cpu = ''
     base = ['-O3', '-ffp-contract=off', '-fno-fast-math', '-shared', '-fPIC']
-    return [f'average-{__import__("hashlib").sha256(chr(10).join([_KERNEL_SRC, os.environ.get("CC", "gcc"), *base, *f, cpu]).encode()).hexdigest()[:16]}'
+    return [f'average-{__import__("hashlib").sha256(chr(10).join([kernel_source("average"), os.environ.get("CC", "gcc"), *base, *f, cpu]).encode()).hexdigest()[:16]}'
             for f in (['-march=native'], [])]
 
 

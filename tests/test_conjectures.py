@@ -163,7 +163,7 @@ def test_only_new_faithful_provable_conjectures_enter_the_pool(tiny, tmp_path):
 
 
 def test_records_round_trip_and_rows_are_sft_rows(tiny, tmp_path):
-    from ei_nb.sft import read_sft_rows
+    from ei_nb.rows import read_sft_rows
     conjecture(tiny, tmp_path, tmp_path/'r1')
     out = tmp_path/'r1'
     kept = read_problems(out/'conjectures.jsonl')

@@ -151,7 +151,7 @@ def correct(tiny, d, out, sampler=Scripted, extra=0, **kw):
 
 
 def test_only_lean_failures_are_corrected_and_verified_ones_become_rows(tiny, tmp_path):
-    from ei_nb.sft import read_sft_rows
+    from ei_nb.rows import read_sft_rows
     res = correct(tiny, tmp_path, tmp_path/'out')
     assert (res['failures_tried'], res['corrections_sampled']) == (1, 3)          # the cheat, the timeout and the pass: never tried
     tried = [json.loads(l) for l in open(tmp_path/'out'/'correction_problems.jsonl')]
@@ -190,7 +190,7 @@ def test_02_trains_on_capped_corrections(tmp_path):
                                     'max_correction_frac': 0.2, 'max_steps': 1, 'min_rows': 1})
     rows = [json.loads(l) for l in open(tmp_path/'round'/'sft.jsonl')]
     got = [r for r in rows if r.get('kind') == 'correction']
-    data = json.loads((tmp_path/'round'/'sft.json').read_text())['data']
+    data = json.loads((tmp_path/'round'/'stage.json').read_text())['detail']['data']   # 02's one summary
     assert 0 < len(got) <= 0.2 * len(rows) + 1e-9 and data['correction_rows'] == len(got) and data['rows'] == len(rows)
     assert [r['sample_idx'] for r in got] == list(range(len(got)))                  # the shortest first
     write_records(tmp_path/'protected.jsonl', [{'name': NAME}])

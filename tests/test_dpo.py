@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 from ei_nb.core import DataStop, read_problems, read_samples, read_verdicts, shared_data, write_records
 from ei_nb.dpo import (assign_bands, build_pairs, curriculum, demo_dpo_inputs, dpo_data_cli, dpo_loss, is_lean_failure, read_pairs,
                        reference_logps, sequence_logp, tokenize_pairs, train_dpo)
-from ei_nb.sft import build_sft_rows, load_for_training, read_protected
+from ei_nb.sft import build_sft_rows, read_protected
+from ei_nb.train import load_for_training
 
 ENV = dict(os.environ, OMP_NUM_THREADS='1', TOKENIZERS_PARALLELISM='false')
 FAKE = str(Path(__file__).with_name('fake_repl.py'))
@@ -324,10 +325,12 @@ def merged(d): return load_file(Path(d) / 'merged' / 'model.safetensors')
 
 def test_stage_sft_objective_is_plain_train_lora(tiny, small_round, tmp_path):
     "objective = 'sft': no DPO file, and merged/ is bit-identical to `train_lora` on the stage's own rows."
-    from ei_nb.sft import train_lora
+    from ei_nb.train import train_lora
     run_stage(stage_args(tiny, tmp_path / 'st', 'sft', small_round))
     out = tmp_path / 'st'
-    assert not (out / 'dpo_pairs.jsonl').exists() and 'objective' not in json.loads((out / 'sft.json').read_text())
+    stage = json.loads((out / 'stage.json').read_text())
+    assert not (out / 'dpo_pairs.jsonl').exists() and 'objective' not in stage['headline'] and not (out / 'sft.json').exists()
+    assert stage['detail']['data']['rows'] == stage['headline']['rows'] and len(stage['detail']['losses']) == stage['headline']['steps']
     train_lora(tiny, out / 'sft.jsonl', tmp_path / 'direct', lr=1e-3, epochs=1, lora_r=4, lora_alpha=8, batch_tokens=2048,
                max_steps=6, save_every=2, warmup_ratio=0.03, schedule='cosine', seed=0)
     a, b = merged(out), merged(tmp_path / 'direct')
@@ -340,10 +343,11 @@ def test_stage_dpo_objectives(tiny, tok, small_round, tmp_path, objective):
     from transformers import AutoModelForCausalLM
     out = tmp_path / 'st'
     run_stage(stage_args(tiny, out, objective, small_round))
-    summary, stage = json.loads((out / 'sft.json').read_text()), json.loads((out / 'stage.json').read_text())
+    stage = json.loads((out / 'stage.json').read_text())   # the stage's one summary: no sft.json
+    head, summary = stage['headline'], stage['detail']
     pairs = read_pairs(out / 'dpo_pairs.jsonl')
-    assert summary['objective'] == stage['headline']['objective'] == stage['params']['objective'] == objective
-    assert sum(stage['headline']['pairs_per_band'].values()) == len(pairs) == summary['pair_data']['pairs'] >= 2
+    assert head['objective'] == stage['params']['objective'] == objective and not (out / 'sft.json').exists()
+    assert sum(head['pairs_per_band'].values()) == len(pairs) == summary['pair_data']['pairs'] >= 2
     assert [p['band'] for p in pairs] == sorted(p['band'] for p in pairs)
     assert len(summary['margins']) == len(summary['accuracies']) == len(summary['losses']) == summary['steps'] == 6
     assert abs(summary['losses'][0] - math.log(2)) < 1e-3          # the policy starts at its reference
@@ -365,6 +369,7 @@ def test_stage_data_stop_on_too_few_pairs(tiny, small_round, tmp_path):
     with pytest.raises(DataStop, match='min_pairs'): run_stage(stage_args(tiny, out, 'dpo', small_round, min_pairs=10_000))
     stage = json.loads((out / 'stage.json').read_text())
     assert stage['status'] == 'data_stop' and stage['headline']['min_pairs'] == 10_000 and not (out / 'merged').exists()
+    assert stage['detail']['pair_data']['pairs'] == stage['headline']['pairs'] and stage['detail']['data']['rows'] == stage['headline']['rows']
 
 
 def stage_process(params: dict):
@@ -393,7 +398,7 @@ def test_stage_sigkill_during_dpo_and_resume(tiny, small_round, tmp_path):
     assert sft_file.stat().st_mtime_ns == before                     # SFT was not trained again
     for rel in ('merged/model.safetensors', 'adapter/adapter_model.safetensors', 'sft_model/merged/model.safetensors', 'dpo_pairs.jsonl', 'sft.jsonl'):
         assert (crashed / rel).read_bytes() == (whole / rel).read_bytes(), rel
-    ha, hb = (json.loads((d / 'sft.json').read_text()) for d in (crashed, whole))
+    ha, hb = (json.loads((d / 'stage.json').read_text())['detail'] for d in (crashed, whole))
     assert (ha['losses'], ha['margins'], ha['accuracies']) == (hb['losses'], hb['margins'], hb['accuracies'])
 
 

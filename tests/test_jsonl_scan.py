@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ei_nb.core import BadInput, _frame_of, read_frame, read_problems, read_records, shared_data
+from ei_nb.core import BadInput, read_problems, read_records, shared_data
+from ei_nb.frames import frame_of, read_frame
 from ei_nb.jsonl_scan import scan_counts, scan_file, scan_frame, scan_problems, scanner
 
 pytestmark = pytest.mark.skipif(scanner() is None, reason='no C compiler: the scanner is not built, readers use pyarrow')
@@ -216,7 +217,7 @@ def test_verdict_frames_match_the_exact_reader(tmp_path, seed):
     for case in range(100):
         data = mutate_file(rng, valid_base(rng, lines, 'verdict', rng.randrange(1, 12)), 'verdict')
         path.write_bytes(data)
-        exact = outcome(lambda: _frame_of(read_records(path, 'verdict'), 'verdict', COLS))
+        exact = outcome(lambda: frame_of(read_records(path, 'verdict'), 'verdict', COLS))
         fast = outcome(lambda: read_frame(path, 'verdict', columns=COLS))
         assert_same(fast, exact, data)
         taken['scanner' if scan_frame(path) is not None else 'exact'] += 1
@@ -227,7 +228,7 @@ def test_verdict_frames_match_the_exact_reader(tmp_path, seed):
 def exact_counts(path):
     "Samples and passes per problem by the exact reader and pandas (the reference for the C counts)."
     from ei_nb.eval import problem_counts
-    f = problem_counts(_frame_of(read_records(path, 'verdict'), 'verdict', COLS))
+    f = problem_counts(frame_of(read_records(path, 'verdict'), 'verdict', COLS))
     return f['name'].astype(str).tolist(), f['n'].tolist(), f['c'].tolist()
 
 
@@ -293,7 +294,7 @@ def test_problem_records_match_the_exact_reader(tmp_path, seed):
         assert exact[0] == 'ok', (exact, data[:2000])
         assert [r['formal_statement'] for r in lazy] == [r['formal_statement'] for r in exact[1]]   # decoded alone
         assert [dict(r) for r in lazy] == exact[1]
-        assert_same(outcome(lambda: read_frame(path, 'problem', columns=['name'])), outcome(lambda: _frame_of(exact[1], 'problem', ['name'])), data)
+        assert_same(outcome(lambda: read_frame(path, 'problem', columns=['name'])), outcome(lambda: frame_of(exact[1], 'problem', ['name'])), data)
     assert taken['scanner'] >= 15 and taken['exact'] >= 15, taken
 
 
@@ -334,7 +335,7 @@ def test_blocks_and_parts_give_one_scan(tmp_path):
         assert s.starts.tolist() == one.starts.tolist(), kw
     data = path.read_bytes()
     assert all(data[a:a + 1] == b'{' for a in one.starts)
-    pd.testing.assert_frame_equal(scan_frame(path), _frame_of(read_records(path, 'verdict'), 'verdict', COLS))
+    pd.testing.assert_frame_equal(scan_frame(path), frame_of(read_records(path, 'verdict'), 'verdict', COLS))
 
 
 def test_sorted_categories_and_unsorted_names(tmp_path):
@@ -344,7 +345,7 @@ def test_sorted_categories_and_unsorted_names(tmp_path):
     path = tmp_path / 'v.jsonl'
     path.write_text(''.join(json.dumps(r, ensure_ascii=False) + '\n' for r in rows), encoding='utf-8')
     fast = scan_frame(path)
-    pd.testing.assert_frame_equal(fast, _frame_of(read_records(path, 'verdict'), 'verdict', COLS))
+    pd.testing.assert_frame_equal(fast, frame_of(read_records(path, 'verdict'), 'verdict', COLS))
     assert list(fast['name'].cat.categories) == sorted({r['name'] for r in rows})
 
 

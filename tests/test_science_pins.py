@@ -141,7 +141,7 @@ def test_stats_pass_at_k_between_1_and_n(tmp_path):
 # ---------------------------------------------------------------- the loss sees completion tokens only
 
 def test_loss_mask_is_the_completion_of_each_packed_row():
-    from ei_nb.sft import collate
+    from ei_nb.rows import collate
     examples = [{'ids': [5, 6, 7, 8, 9], 'n_prompt': 3}, {'ids': [1, 2, 3, 4], 'n_prompt': 1}]
     b = collate(examples, [0, 1])
     assert b['input_ids'].tolist() == [[5, 6, 7, 8, 9, 1, 2, 3, 4]]
@@ -155,7 +155,8 @@ def test_completion_loss_is_the_cross_entropy_of_completion_tokens(tiny_model_di
     "Summed CE of each completion token predicted from the position before it, prompt tokens left out."
     import torch
     from transformers import AutoModelForCausalLM
-    from ei_nb.sft import collate, completion_loss
+    from ei_nb.rows import collate
+    from ei_nb.train import completion_loss
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     g = torch.Generator().manual_seed(0)
     examples = [{'ids': torch.randint(5, 200, (9,), generator=g).tolist(), 'n_prompt': 4},

@@ -10,8 +10,9 @@ from safetensors.torch import load_file
 
 from ei_nb.cli import main
 from ei_nb.core import normalize_ws, read_problems, read_samples, read_verdicts, shared_data, write_records
-from ei_nb.sft import (build_sft_rows, demo_sft_inputs, probe_logits, protected_key, read_protected,
-                       read_sft_rows, train_lora)
+from ei_nb.rows import read_sft_rows
+from ei_nb.sft import build_sft_rows, demo_sft_inputs, protected_key, read_protected
+from ei_nb.train import probe_logits, train_lora
 from ei_nb.tiny import build_tiny_model
 
 ENV = dict(os.environ, OMP_NUM_THREADS='1', TOKENIZERS_PARALLELISM='false')
@@ -196,7 +197,8 @@ def test_packing_trains_like_one_row_per_pass(tiny, rows24, tmp_path):
 def test_packed_pass_has_the_gradient_of_separate_passes(tiny, rows24):
     """The gradient itself, not the weights after Adam: Adam divides each entry by its own running scale, so an entry
     whose gradient is ~0 moves by about +-lr on a rounding difference (CI measured 5e-3 on merged weights)."""
-    from ei_nb.sft import collate, completion_loss, load_for_training, micro_batches, tokenize_rows
+    from ei_nb.rows import collate, micro_batches, tokenize_rows
+    from ei_nb.train import completion_loss, load_for_training
     examples, _ = tokenize_rows(read_sft_rows(rows24), tok_of(tiny))
     lengths = [len(e['ids']) for e in examples]
     step = list(range(8))

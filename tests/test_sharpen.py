@@ -13,8 +13,9 @@ from hypothesis import given, settings, strategies as st
 from ei_nb.core import read_problems, read_samples, read_verdicts, shared_data
 from ei_nb.eval import pass_at_k
 from ei_nb.prompts import render_prompt
-from ei_nb.sft import (build_sft_rows, collate, completion_loss, demo_sft_inputs, join_passes, lever_fields, proof_text,
-                       rank_weight, select_proofs, with_logprobs)
+from ei_nb.rows import collate, join_passes, proof_text, read_logprobs, tokenize_rows
+from ei_nb.sft import build_sft_rows, demo_sft_inputs, lever_fields, rank_weight, select_proofs, with_logprobs
+from ei_nb.train import completion_loss, train_lora
 from ei_nb.sharpen import (correct_rows, distinct_correct, example_logprobs, kept_change, pass_at_n_curve, rank_by_logprob,
                            score_passes, score_rows, subsample_problems, uplift_summary, uplift_table)
 
@@ -108,7 +109,6 @@ def test_weighted_loss_and_gradients_through_lora(tiny_model_dir, tok, records):
     "Weighted loss of a packed batch = hand-computed weighted sum of the rows' losses, and so are the LoRA gradients."
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
-    from ei_nb.sft import tokenize_rows
     torch.manual_seed(0)
     lora = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
                           LoraConfig(r=4, lora_alpha=8, target_modules='all-linear', init_lora_weights=False, task_type='CAUSAL_LM'))
@@ -132,7 +132,6 @@ def test_weighted_loss_and_gradients_through_lora(tiny_model_dir, tok, records):
 
 def test_weighted_loss_by_hand_from_logits(model, tok, records):
     "The weighted loss of a packed batch = sum over rows of weight x (minus the log-softmax of full logits at each completion token)."
-    from ei_nb.sft import tokenize_rows
     rows = correct_rows(*records, tok)[:4]
     ws = [0.75, 0.8125, 1.0, 0.9375]
     exs, _ = tokenize_rows([r | {'weight': w} for r, w in zip(rows, ws)], tok)
@@ -254,7 +253,7 @@ def test_pass_at_n_curve_matches_estimator(records):
 def test_cli_refuses_mismatched_files(tmp_path, tiny_model_dir, records, tok):
     "`--only` naming a sample that is not a pass, and `ei uplift` on files of different samples, are bad input (exit 2)."
     from ei_nb.core import BadInput, write_records
-    from ei_nb.sharpen import logprobs_cli, read_logprobs, uplift_cli
+    from ei_nb.sharpen import logprobs_cli, uplift_cli
     problems, samples, verdicts = records
     paths = {k: tmp_path / f'{k}.jsonl' for k in ('problems', 'samples', 'verdicts')}
     write_records(paths['problems'], problems); write_records(paths['samples'], samples); write_records(paths['verdicts'], verdicts)
@@ -321,7 +320,6 @@ def test_default_rows_are_unchanged(records, tok, tmp_path):
 def test_weights_reach_the_training_loss(tiny_model_dir, tok, records, tmp_path):
     "One full-fine-tune step: the first logged loss is the weighted completion loss of the step over its token count."
     from transformers import AutoModelForCausalLM
-    from ei_nb.sft import tokenize_rows, train_lora
     problems, samples, verdicts = records
     rows, _ = build_sft_rows(problems, samples, verdicts, tok, 1, max_per_problem=1, rank='unlikely', logprobs=_lp(samples), beta_rank=0.25)
     rows = rows[:3]
