@@ -141,10 +141,10 @@ def load_run(run_dir, # a run folder written by `ei run`
             'S_0': (r0.get('scores') or {}).get('S_0'), 'scored': L.scored, 'rounds': rounds}
 
 def summaries_read(run:dict) -> dict:
-    "The summaries the report rests on, by their name in the run: round manifests, decisions and each stage's `stage.json` (which hash the files it plots)."
-    L, R0 = run['layout'], run['layout'].round(0)
-    paths = [R0.manifest, R0.stage_json('04_eval')] + [p for r in run['rounds'] for p in
-             (r['files'].manifest, r['files'].decision, *(r['files'].stage_json(s) for s in ('00b_conjecture', '00_select', '01c_correct', '02_sft', '04_eval')))]
+    "The finished accounts the report rests on, by their name in the run: decisions and each stage's `stage.json` (which hash the files it plots)."
+    L = run['layout']   # round manifests are left out: the driver rewrites them as the run goes on, so their hash would not stay true
+    paths = [L.round(0).stage_json('04_eval')] + [p for r in run['rounds'] for p in
+             (r['files'].decision, *(r['files'].stage_json(s) for s in ('00b_conjecture', '00_select', '01c_correct', '02_sft', '04_eval')))]
     return {L.relative(p): p for p in paths if p.exists()}
 
 # %% ../nbs/06_report.ipynb #f0939ef0
