@@ -77,8 +77,6 @@ def tally(name_codes, # per sample: its problem, as an index into `names` (-1: n
     cell = (name_codes * width + np.where(verdict_codes < 0, width - 1, verdict_codes))[name_codes >= 0]
     return tally_table(names, [*verdicts, None], np.bincount(cell, minlength=len(names) * width))
 
-
-
 # %% ../nbs/04_eval.ipynb #30a0b843
 def _coded(column) -> tuple[np.ndarray, list]:
     "A pandas column as (codes, distinct values): a categorical's own, or factorised (missing values get -1)."
