@@ -8,17 +8,17 @@ import json, os, re, sys, shutil, hashlib, inspect, importlib, subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 from .core import (EVAL_CAP, BadInput, StageFailed, RecordError, atomic_write_json, atomic_write_bytes, jsonl_bytes,
-                        check_record, iter_jsonl, read_verdicts, sha256_file, sha256_json, shared_data, statement_key)
+                        check_record, iter_jsonl, read_json, read_verdicts, sha256_file, sha256_json, shared_data, statement_key)
+from .layout import ConfirmLayout, RunLayout
 
 # %% auto #0
 __all__ = ['SCHEMA', 'ARMS', 'DEFAULT_PROBLEMS', 'DEFAULT_RUNNER', 'KS', 'ALPHA', 'P_DISC_DESIGN', 'HYPOTHESIS',
            'WEIGHT_SUFFIXES', 'PACKAGES', 'split_full_text', 'load_test_problems', 'statement_changes', 'model_files',
-           'model_fingerprint', 'synthetic_model', 'resolve_run_models', 'load_runner', 'runner_defaults',
-           'check_runner_kwargs', 'synthetic_runner', 'code_state', 'build_registration', 'read_record',
-           'has_test_samples', 'archive_attempt', 'register', 'registration_edits', 'changed_since_lock',
-           'registration_mismatches', 'check_registration', 'check_complete', 'run_arm', 'summarize', 'power_sentence',
-           'outcome_statement', 'run_confirmation', 'report_notebook', 'render_report', 'synthetic_confirmation',
-           'status', 'confirm_cli']
+           'model_fingerprint', 'resolve_run_models', 'load_runner', 'runner_defaults', 'check_runner_kwargs',
+           'code_state', 'build_registration', 'read_record', 'has_test_samples', 'archive_attempt', 'register',
+           'registration_edits', 'changed_since_lock', 'registration_mismatches', 'check_registration',
+           'check_complete', 'run_arm', 'summarize', 'power_sentence', 'outcome_statement', 'run_confirmation',
+           'report_notebook', 'render_report', 'status', 'confirm_cli']
 
 # %% ../nbs/confirm.ipynb #430d3df0
 SCHEMA = 'ei_nb.confirm/1'
@@ -101,28 +101,10 @@ def model_fingerprint(model_dir) -> dict:
     files = model_files(model_dir)
     return {'path': str(model_dir), 'resolved': str(Path(model_dir).resolve()), 'files': files, 'fingerprint': sha256_json(files)}
 
-# %% ../nbs/confirm.ipynb #2fc50062
-def synthetic_model(out_dir, # folder to create
-                    skill:float=0.2, # how often `synthetic_runner` lets this model pass
-                    seed:int=0) -> Path:
-    "A stand-in model folder for tests and the CPU demo: random bytes as weights, a config, a skill."
-    import random
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out/'model.safetensors', random.Random(seed).randbytes(4096))
-    atomic_write_json(out/'config.json', {'model_type': 'synthetic'})
-    atomic_write_json(out/'synthetic.json', {'skill': skill, 'seed': seed})
-    return out
-
 # %% ../nbs/confirm.ipynb #ad556680
-from .layout import RunLayout
-
-def _json_or_none(path) -> dict|None:
-    try: return json.loads(Path(path).read_text())
-    except (FileNotFoundError, json.JSONDecodeError, NotADirectoryError): return None
-
 def _base_model(L:RunLayout, manifest:dict|None) -> str|None:
     "The run's base model: as its round manifest records it, else as its run config (`run.json`) does."
-    cfg_paths = ((_json_or_none(L.run_json) or {}).get('config') or {}).get('paths') or {}
+    cfg_paths = ((read_json(L.run_json) or {}).get('config') or {}).get('paths') or {}
     v = (manifest or {}).get('base_model') or cfg_paths.get('base_model')
     return str(L.resolve(v)) if v else None
 
@@ -137,7 +119,7 @@ def resolve_run_models(run_dir) -> tuple[str|None, str|None]:
     "Default `(model, baseline)` of a run folder: its best round's model (`best/`) and its base model (None if unknown)."
     L = RunLayout(run_dir)
     rounds = [r for r in L.rounds() if L.manifest(r).exists()]
-    last = _json_or_none(L.manifest(rounds[-1])) if rounds else None
+    last = read_json(L.manifest(rounds[-1])) if rounds else None
     model = str(L.best) if L.best.exists() else _round_model(L, last)
     return model, _base_model(L, last)
 
@@ -166,43 +148,6 @@ def check_runner_kwargs(fn, kwargs:dict) -> dict:
         if k not in params: raise BadInput(f'the runner does not accept the setting {k!r} (it accepts: {", ".join(params)})')
     return kwargs
 
-# %% ../nbs/confirm.ipynb #cabf72b5
-def _unit(*keys) -> float:
-    return int.from_bytes(hashlib.sha256('\x1f'.join(map(str, keys)).encode()).digest()[:8], 'big') / 2**64
-
-def _synthetic_rows(p:dict, fp:str, skill:float, n:int, seed:int) -> tuple[list, list]:
-    rate = max(0.0, skill - 0.6 * _unit('difficulty', p['name'])) * 2
-    passed = [_unit(fp, p['name'], i, seed) < rate for i in range(n)]
-    samples = [{'name': p['name'], 'sample_idx': i, 'round': 0, 'completion': 'synthetic', 'n_tokens': 1, 'capped': False} for i in range(n)]
-    verdicts = [{'name': p['name'], 'sample_idx': i, 'verdict': 'pass' if ok else 'fail', 'reason': 'synthetic',
-                 'proof': None, 'verify_s': 0.0} for i, ok in enumerate(passed)]
-    return samples, verdicts
-
-def synthetic_runner(problems:list[dict], # problem records
-                     model_dir, # a `synthetic_model` folder (any model folder works: skill 0.2)
-                     out_dir, # where eval_samples.jsonl, eval_verdicts.jsonl and eval.json go
-                     n:int=8, max_new_tokens:int=64, seed:int=0, verify_backend:str='synthetic',
-                     allow_test_selection:bool=False, _interrupt_after:int|None=None) -> dict:
-    "`run_eval`'s contract with seeded fake verdicts, resumable per problem."
-    if not allow_test_selection and any(p.get('split') == 'test' for p in problems):
-        raise BadInput('test-split problems need allow_test_selection=True')
-    out, fp = Path(out_dir), model_fingerprint(model_dir)['fingerprint']
-    skill = (_json_or_none(Path(model_dir)/'synthetic.json') or {}).get('skill', 0.2)
-    out.mkdir(parents=True, exist_ok=True)
-    samples = [r for _, r in iter_jsonl(out/'eval_samples.jsonl')] if (out/'eval_samples.jsonl').exists() else []
-    verdicts = [r for _, r in iter_jsonl(out/'eval_verdicts.jsonl')] if (out/'eval_verdicts.jsonl').exists() else []
-    done, new = {v['name'] for v in verdicts}, 0
-    for p in problems:
-        if p['name'] in done: continue
-        if _interrupt_after is not None and new >= _interrupt_after: raise KeyboardInterrupt('synthetic interruption')
-        s, v = _synthetic_rows(p, fp, skill, n, seed)
-        samples += s; verdicts += v; new += 1
-        atomic_write_bytes(out/'eval_samples.jsonl', jsonl_bytes(samples)); atomic_write_bytes(out/'eval_verdicts.jsonl', jsonl_bytes(verdicts))
-    solved = len({v['name'] for v in verdicts if v['verdict'] == 'pass'})
-    summary = {'solved': solved, 'n_problems': len(problems), 'n': n, 'runner': 'synthetic'}
-    atomic_write_json(out/'eval.json', summary)
-    return summary
-
 # %% ../nbs/confirm.ipynb #cf4455f7
 PACKAGES = ('torch', 'transformers', 'vllm', 'peft', 'safetensors', 'tokenizers', 'numpy', 'scipy', 'pandas', 'papermill')
 
@@ -226,7 +171,7 @@ def code_state() -> dict:
 
 # %% ../nbs/confirm.ipynb #aadbd97e
 def _now() -> str: return datetime.now(timezone.utc).isoformat(timespec='seconds')
-def _cdir(run_dir) -> Path: return Path(run_dir)/'confirm'
+def _cdir(run_dir) -> Path: return RunLayout(run_dir).confirm.dir
 
 _SAME_FOR_BASELINE = ('n', 'max_new_tokens', 'sampler', 'verifier')
 
@@ -236,14 +181,14 @@ def _protocol(reg:dict) -> dict:
 
 def _baseline_source(reg:dict, earlier) -> dict:
     cdir = Path(earlier) if Path(earlier).name == 'confirm' else _cdir(earlier)
-    old = _json_or_none(cdir/'registration.json')
+    old = read_json(ConfirmLayout(cdir).registration)
     if old is None: raise BadInput(f'{cdir}: no registration.json to take the baseline from')
     diffs = [k for k in _SAME_FOR_BASELINE if old.get(k) != reg.get(k)]
     if old['models']['baseline']['files'] != reg['models']['baseline']['files']: diffs.append('baseline model files')
     if old['problems']['frozen_sha256'] != reg['problems']['frozen_sha256']: diffs.append('problems')
     if old['runner'] != reg['runner']: diffs.append('runner')
     if diffs: raise BadInput(f'the baseline of {cdir} was run with different settings: {", ".join(diffs)}')
-    done = _json_or_none(cdir/'baseline'/'arm_done.json')
+    done = read_json(ConfirmLayout(cdir).arm_done('baseline'))
     if not done or done.get('registration_id') != old['registration_id']: raise BadInput(f'{cdir}: its baseline arm is not complete')
     return {'confirm_dir': str(cdir.resolve()), 'registration_id': old['registration_id'], 'seed': old['seeds']['baseline'],
             'verdicts_sha256': done['verdicts_sha256'], 'samples_sha256': done['samples_sha256']}
@@ -296,30 +241,31 @@ def build_registration(run_dir, # the run folder; the registration goes to RUN/c
 # %% ../nbs/confirm.ipynb #8e272f2f
 def read_record(cdir) -> list[dict]:
     "The events of `confirm/record.json`, oldest first."
-    return (_json_or_none(Path(cdir)/'record.json') or {'events': []})['events']
+    return (read_json(ConfirmLayout(Path(cdir)).record) or {'events': []})['events']
 
 def _log(cdir, event:str, **fields) -> dict:
     ev = {'event': event, 'utc': _now(), **fields}
-    atomic_write_json(Path(cdir)/'record.json', {'events': read_record(cdir) + [ev]})
+    atomic_write_json(ConfirmLayout(Path(cdir)).record, {'events': read_record(cdir) + [ev]})
     return ev
 
 def has_test_samples(cdir) -> bool:
     "True if either model has written any test sample in `cdir`."
-    return any((Path(cdir)/a/'eval_samples.jsonl').exists() or (Path(cdir)/a/'eval_verdicts.jsonl').exists() for a in ARMS)
-
-_MOVED = (*ARMS, 'result.json', 'lock.json', 'confirm_report.ipynb')
+    C = ConfirmLayout(Path(cdir))
+    return any(C.arm(a).samples.exists() or C.arm(a).verdicts.exists() for a in ARMS)
 
 def archive_attempt(cdir, reason:str) -> Path:
     "Move the current attempt to `attempts/NNN/` (copying registration and problems); log it with `reason`."
-    cdir = Path(cdir)
-    dest = cdir/'attempts'/f'{len(list((cdir/"attempts").glob("[0-9]*"))) + 1:03d}'
+    C = ConfirmLayout(Path(cdir))
+    dest = C.attempts/f'{_attempt_no(cdir):03d}'
     dest.mkdir(parents=True)
-    for f in ('registration.json', 'problems.jsonl'):
-        if (cdir/f).exists(): shutil.copy2(cdir/f, dest/f)
-    for f in [*_MOVED, *(p.name for p in cdir.glob('*.png'))]:
-        if (cdir/f).exists(): os.replace(cdir/f, dest/f)
-    _log(cdir, 'archived', to=str(dest.relative_to(cdir)), reason=reason)
+    for p in (C.registration, C.problems):
+        if p.exists(): shutil.copy2(p, dest/p.name)
+    for p in C.attempt_files(ARMS):
+        if p.exists(): os.replace(p, dest/p.name)
+    _log(cdir, 'archived', to=str(dest.relative_to(C.dir)), reason=reason)
     return dest
+
+def _attempt_no(cdir) -> int: return len(list(ConfirmLayout(Path(cdir)).attempts.glob('[0-9]*'))) + 1
 
 # %% ../nbs/confirm.ipynb #36c83ad7
 def _need_reason(force_rerun:bool, reason) -> None:
@@ -328,23 +274,23 @@ def _need_reason(force_rerun:bool, reason) -> None:
 def register(run_dir, force_rerun:bool=False, reason:str|None=None, **kw) -> dict:
     "Write `RUN/confirm/registration.json` and `problems.jsonl`; `kw` as for `build_registration`."
     _need_reason(force_rerun, reason)
-    cdir = _cdir(run_dir)
+    C = RunLayout(run_dir).confirm; cdir = C.dir
     reg, probs = build_registration(run_dir, **kw)
-    old = _json_or_none(cdir/'registration.json')
+    old = read_json(C.registration)
     if old and old.get('registration_id') == reg['registration_id']:
-        return {'status': 'unchanged', 'registration_id': reg['registration_id'], 'registration': str(cdir/'registration.json')}
-    if has_test_samples(cdir) or (cdir/'lock.json').exists():
+        return {'status': 'unchanged', 'registration_id': reg['registration_id'], 'registration': str(C.registration)}
+    if has_test_samples(cdir) or C.lock.exists():
         if not force_rerun: raise StageFailed(f'{cdir}: test samples already exist for registration {old["registration_id"][:12] if old else "?"}: '
                                               'changing the registration now needs --force-rerun --reason TEXT (the current attempt is archived, not overwritten)')
         archive_attempt(cdir, reason)
     elif old:
-        (cdir/'history').mkdir(exist_ok=True)
-        shutil.copy2(cdir/'registration.json', cdir/'history'/f'registration_{old["registration_id"][:12]}.json')
-    atomic_write_bytes(cdir/'problems.jsonl', jsonl_bytes(probs))
-    atomic_write_json(cdir/'registration.json', reg)
+        C.history.mkdir(exist_ok=True)
+        shutil.copy2(C.registration, C.history/f'registration_{old["registration_id"][:12]}.json')
+    atomic_write_bytes(C.problems, jsonl_bytes(probs))
+    atomic_write_json(C.registration, reg)
     _log(cdir, 'registered', registration_id=reg['registration_id'], forced=force_rerun, reason=reason,
-         registration_sha256=sha256_file(cdir/'registration.json'))
-    return {'status': 'registered', 'registration_id': reg['registration_id'], 'registration': str(cdir/'registration.json'),
+         registration_sha256=sha256_file(C.registration))
+    return {'status': 'registered', 'registration_id': reg['registration_id'], 'registration': str(C.registration),
             'model': reg['models']['model']['resolved'], 'baseline': reg['models']['baseline']['resolved'],
             'problems': reg['problems']['path'], 'n_problems': len(probs), 'n': reg['n'], 'max_new_tokens': reg['max_new_tokens']}
 
@@ -356,21 +302,21 @@ def _registered_sha256(cdir) -> str|None:
 
 def registration_edits(cdir, reg:dict) -> list[str]:
     "How `registration.json` was changed after registration: its id no longer covers its protocol, or its bytes differ from the record or the lock."
-    cdir, out = Path(cdir), []
+    C, out = ConfirmLayout(Path(cdir)), []
     if sha256_json(_protocol(reg)) != reg.get('registration_id'):
         out.append('registration.json was edited after registration (its protocol no longer hashes to its registration_id)')
-    now = sha256_file(cdir/'registration.json') if (cdir/'registration.json').is_file() else None
-    for where, want in (('record.json', _registered_sha256(cdir)), ('lock.json', (_json_or_none(cdir/'lock.json') or {}).get('registration_sha256'))):
+    now = sha256_file(C.registration) if C.registration.is_file() else None
+    for where, want in (('record.json', _registered_sha256(cdir)), ('lock.json', (read_json(C.lock) or {}).get('registration_sha256'))):
         if want and now != want: out.append(f'registration.json changed since {where} recorded it (sha256 {want[:12]}, now {str(now)[:12]})')
     return out
 
 def changed_since_lock(cdir) -> list[str]:
     "Files of a locked attempt that differ from what `lock.json` recorded: verdicts, result."
-    cdir = Path(cdir); lock = _json_or_none(cdir/'lock.json')
+    C = ConfirmLayout(Path(cdir)); lock = read_json(C.lock)
     if not lock: return []
-    want = {f'{a}/eval_verdicts.jsonl': s for a, s in lock.get('verdicts_sha256', {}).items()} | {'result.json': lock.get('result_sha256')}
-    return [f'{f} changed after the lock' if (cdir/f).is_file() else f'{f} is missing after the lock'
-            for f, s in want.items() if s and (not (cdir/f).is_file() or sha256_file(cdir/f) != s)]
+    want = {C.arm(a).verdicts: s for a, s in lock.get('verdicts_sha256', {}).items()} | {C.result: lock.get('result_sha256')}
+    return [f'{f.relative_to(C.dir).as_posix()} ' + ('changed after the lock' if f.is_file() else 'is missing after the lock')
+            for f, s in want.items() if s and (not f.is_file() or sha256_file(f) != s)]
 
 def registration_mismatches(cdir, reg:dict, runner=None) -> list[str]:
     "What no longer matches `reg`: the registration itself, model files, problems file, frozen problems, runner defaults."
@@ -384,7 +330,8 @@ def registration_mismatches(cdir, reg:dict, runner=None) -> list[str]:
                 out.append(f'{arm}: {f} ' + ('was added' if f not in m['files'] else 'was removed' if f not in files else 'changed (sha256 differs)'))
     p = reg['problems']
     if not Path(p['path']).is_file() or sha256_file(p['path']) != p['sha256']: out.append(f'problems file {p["path"]} is missing or changed')
-    if not (cdir/'problems.jsonl').is_file() or sha256_file(cdir/'problems.jsonl') != p['frozen_sha256']: out.append('confirm/problems.jsonl is missing or changed')
+    frozen = ConfirmLayout(cdir).problems
+    if not frozen.is_file() or sha256_file(frozen) != p['frozen_sha256']: out.append('confirm/problems.jsonl is missing or changed')
     if runner is not None and runner_defaults(runner) != reg['runner']['defaults']: out.append(f'the defaults of runner {reg["runner"]["name"]} changed')
     return out
 
@@ -404,36 +351,36 @@ def check_complete(verdicts_path, problems:list[dict], n:int) -> None:
     if extra or missing or short:
         raise StageFailed(f'{verdicts_path}: incomplete: {len(missing)} problem(s) missing {missing[:3]}, {len(short)} without exactly '
                           f'{n} samples {short[:3]}, {len(extra)} not in the problems {extra[:3]} (a prompt too long for the '
-                          'context is dropped by the runner: see eval.json; every registered problem must be scored)')
+                          "context is dropped by the runner: see the arm's stage.json; every registered problem must be scored)")
 
 def _runner_kwargs(reg:dict, arm:str) -> dict:
     return {'n': reg['n'], 'max_new_tokens': reg['max_new_tokens'], 'seed': reg['seeds'][arm], 'allow_test_selection': True,
             **reg['sampler'], **reg['verifier']}
 
-def _copy_baseline(reg:dict, out:Path) -> None:
-    src = reg['baseline_from']; sdir = Path(src['confirm_dir'])/'baseline'
-    for f, key in (('eval_verdicts.jsonl', 'verdicts_sha256'), ('eval_samples.jsonl', 'samples_sha256')):
-        if sha256_file(sdir/f) != src[key]: raise StageFailed(f'{sdir/f} changed since it was registered as this baseline')
-    out.mkdir(parents=True, exist_ok=True)
-    for f in ('eval_samples.jsonl', 'eval_verdicts.jsonl', 'eval.json'):
-        if (sdir/f).exists(): shutil.copy2(sdir/f, out/f)
+def _copy_baseline(reg:dict, out) -> None:
+    src = reg['baseline_from']; sdir = ConfirmLayout(Path(src['confirm_dir'])).arm('baseline')
+    for f, key in ((sdir.verdicts, 'verdicts_sha256'), (sdir.samples, 'samples_sha256')):
+        if sha256_file(f) != src[key]: raise StageFailed(f'{f} changed since it was registered as this baseline')
+    out.dir.mkdir(parents=True, exist_ok=True)
+    for f, to in ((sdir.samples, out.samples), (sdir.verdicts, out.verdicts), (sdir.stage_json, out.stage_json)):
+        if f.exists(): shutil.copy2(f, to)
 
 def run_arm(cdir, reg:dict, arm:str, problems:list[dict], runner) -> dict:
     "Sample and verify one arm (or reuse a finished one); write and return its `arm_done.json`."
-    out = Path(cdir)/arm; done = _json_or_none(out/'arm_done.json')
-    if done and done.get('registration_id') == reg['registration_id'] and sha256_file(out/'eval_verdicts.jsonl') == done['verdicts_sha256']: return done
-    if done: raise StageFailed(f'{out}: arm_done.json does not match this registration or its verdicts: archive with --force-rerun')
+    C = ConfirmLayout(Path(cdir)); out = C.arm(arm); done = read_json(C.arm_done(arm))
+    if done and done.get('registration_id') == reg['registration_id'] and sha256_file(out.verdicts) == done['verdicts_sha256']: return done
+    if done: raise StageFailed(f'{out.dir}: arm_done.json does not match this registration or its verdicts: archive with --force-rerun')
     if arm == 'baseline' and reg.get('baseline_from'): _copy_baseline(reg, out)
     else:
         from ei_nb.cli import say
         log = {'log': say} if 'log' in inspect.signature(runner).parameters else {}
         say(f'ei confirm: sampling and verifying the {arm} ({len(problems)} problems x {reg["n"]})')
-        runner(problems, model_dir=reg['models'][arm]['resolved'], out_dir=out, **_runner_kwargs(reg, arm), **log)
-    check_complete(out/'eval_verdicts.jsonl', problems, reg['n'])
+        runner(problems, model_dir=reg['models'][arm]['resolved'], out_dir=out.dir, **_runner_kwargs(reg, arm), **log)
+    check_complete(out.verdicts, problems, reg['n'])
     done = {'registration_id': reg['registration_id'], 'arm': arm, 'finished_utc': _now(),
             'source': reg['baseline_from']['confirm_dir'] if arm == 'baseline' and reg.get('baseline_from') else 'sampled',
-            'verdicts_sha256': sha256_file(out/'eval_verdicts.jsonl'), 'samples_sha256': sha256_file(out/'eval_samples.jsonl')}
-    atomic_write_json(out/'arm_done.json', done)
+            'verdicts_sha256': sha256_file(out.verdicts), 'samples_sha256': sha256_file(out.samples)}
+    atomic_write_json(C.arm_done(arm), done)
     return done
 
 # %% ../nbs/confirm.ipynb #869b4ba4
@@ -443,7 +390,7 @@ def summarize(cdir, reg:dict, problems:list[dict]) -> dict:
     from ei_nb.eval import score
     from ei_nb.report import solved_by_problem, mcnemar_table, min_detectable_effect, mcnemar_power
     cols, names = ['name', 'sample_idx', 'verdict'], [p['name'] for p in problems]
-    v = {a: read_frame(Path(cdir)/a/'eval_verdicts.jsonl', 'verdict', columns=cols) for a in ARMS}
+    v = {a: read_frame(ConfirmLayout(Path(cdir)).arm(a).verdicts, 'verdict', columns=cols) for a in ARMS}
     s = {a: solved_by_problem(v[a]) for a in ARMS}
     t = mcnemar_table(s['baseline'], s['model'], names)
     p_obs = (t['b'] + t['c']) / t['n']
@@ -483,8 +430,6 @@ def outcome_statement(result:dict) -> str:
                      ". This is not evidence that the two models are equal: " + power_sentence(result)[0].lower() + power_sentence(result)[1:]))
 
 # %% ../nbs/confirm.ipynb #96d74a9e
-def _attempt_no(cdir) -> int: return len(list((Path(cdir)/'attempts').glob('[0-9]*'))) + 1
-
 def run_confirmation(run_dir, # the run folder holding confirm/registration.json
                      force_rerun:bool=False, # start a fresh attempt even though one is locked or has samples
                      reason:str|None=None, # why (required with force_rerun; kept in the record)
@@ -493,10 +438,10 @@ def run_confirmation(run_dir, # the run folder holding confirm/registration.json
                     ) -> dict:
     "Run the registered confirmation once: both models, the result, the lock, the report."
     _need_reason(force_rerun, reason)
-    cdir = _cdir(run_dir)
-    reg = _json_or_none(cdir/'registration.json')
+    C = RunLayout(run_dir).confirm; cdir = C.dir
+    reg = read_json(C.registration)
     if reg is None: raise BadInput(f'{cdir}: no registration.json: run `ei confirm register --run-dir {run_dir}` first')
-    lock = _json_or_none(cdir/'lock.json')
+    lock = read_json(C.lock)
     if lock and not force_rerun:
         raise StageFailed(f'{cdir}: the confirmation already ran (locked {lock["locked_utc"]}: model {lock["summary"]["model_solved"]} vs baseline '
                           f'{lock["summary"]["baseline_solved"]}, {lock["summary"]["outcome"]}); a second run needs --force-rerun --reason TEXT, '
@@ -506,7 +451,7 @@ def run_confirmation(run_dir, # the run folder holding confirm/registration.json
     previous = None
     if force_rerun and (lock or has_test_samples(cdir)): previous = str(archive_attempt(cdir, reason).relative_to(cdir))
     attempt = _attempt_no(cdir)
-    problems = [r for _, r in iter_jsonl(cdir/'problems.jsonl')]
+    problems = [r for _, r in iter_jsonl(C.problems)]
     _log(cdir, 'run_started', attempt=attempt, registration_id=reg['registration_id'], resumed=has_test_samples(cdir),
          forced=force_rerun, reason=reason, previous=previous)
     started = _now()
@@ -518,15 +463,15 @@ def run_confirmation(run_dir, # the run folder holding confirm/registration.json
            'verdicts_sha256': {a: done[a]['verdicts_sha256'] for a in ARMS}, 'code_at_run': code_state()}
     res['code_changed_since_registration'] = res['code_at_run'] != reg['code']
     res['statement'] = outcome_statement(res)
-    atomic_write_json(cdir/'result.json', res)
+    atomic_write_json(C.result, res)
     summary = {'model_solved': res['scores']['model']['solved'], 'baseline_solved': res['scores']['baseline']['solved'],
                'b': res['mcnemar']['b'], 'c': res['mcnemar']['c'], 'p_value': res['mcnemar']['p_value'], 'outcome': res['outcome']}
-    atomic_write_json(cdir/'lock.json', {'registration_id': reg['registration_id'], 'attempt': attempt, 'locked_utc': _now(),
-                                         'registration_sha256': sha256_file(cdir/'registration.json'),
-                                         'result_sha256': sha256_file(cdir/'result.json'), 'verdicts_sha256': res['verdicts_sha256'], 'summary': summary})
+    atomic_write_json(C.lock, {'registration_id': reg['registration_id'], 'attempt': attempt, 'locked_utc': _now(),
+                               'registration_sha256': sha256_file(C.registration),
+                               'result_sha256': sha256_file(C.result), 'verdicts_sha256': res['verdicts_sha256'], 'summary': summary})
     _log(cdir, 'run_finished', attempt=attempt, registration_id=reg['registration_id'], forced=force_rerun, reason=reason, result=summary)
     out = {'status': 'confirmed', 'attempt': attempt, **summary, 'net': res['mcnemar']['net'], 'n_problems': res['n_problems'],
-           'result': str(cdir/'result.json')}
+           'result': str(C.result)}
     if report: out['report'] = str(render_report(run_dir))
     return out
 
@@ -539,33 +484,20 @@ def report_notebook() -> Path:
 def render_report(run_dir, notebook=None, kernel:str='python3', timeout:int=1800) -> Path:
     "Execute the report notebook with papermill into `RUN/confirm/confirm_report.ipynb`."
     import papermill as pm
-    cdir = _cdir(run_dir).resolve()
-    if not (cdir/'result.json').is_file(): raise BadInput(f'{cdir}: no result.json: run `ei confirm run` first')
+    C = ConfirmLayout(_cdir(run_dir).resolve()); cdir = C.dir
+    if not C.result.is_file(): raise BadInput(f'{cdir}: no result.json: run `ei confirm run` first')
     nb = Path(notebook) if notebook else report_notebook()
     if not nb.is_file(): raise BadInput(f'{nb}: report notebook not found: pass --notebook')
     cells = json.loads(nb.read_text())['cells']
     if not any('parameters' in c.get('metadata', {}).get('tags', []) and 'confirm_dir' in ''.join(c['source']) for c in cells):
         raise BadInput(f'{nb}: has no `confirm_dir` in a cell tagged `parameters`')
-    out, part = cdir/'confirm_report.ipynb', cdir/'.confirm_report.partial.ipynb'
+    out, part = C.report, C.report_partial
     try: pm.execute_notebook(str(nb), str(part), parameters={'confirm_dir': str(cdir)}, kernel_name=kernel, language='python', log_output=True,
                              progress_bar=False, cwd=str(cdir), execution_timeout=timeout)
     except pm.PapermillExecutionError as e:
         raise StageFailed(f'report notebook failed in cell {e.cell_index}: {e.ename}: {e.evalue} (partial notebook: {part})') from None
     os.replace(part, out)
     return out
-
-# %% ../nbs/confirm.ipynb #21e8f71c
-def synthetic_confirmation(run_dir, # run folder to create
-                           n_problems:int=24, n:int=8, skills=(0.45, 0.25), # (model, baseline)
-                           report:bool=False) -> Path:
-    "A finished confirmation of two synthetic models on the first `n_problems` test problems; returns `RUN/confirm`."
-    run_dir = Path(run_dir)
-    sub = run_dir/'test_subset.jsonl'
-    atomic_write_bytes(sub, jsonl_bytes(load_test_problems()[0][:n_problems]))
-    m, b = (synthetic_model(run_dir/'models'/k, s, seed=i) for i, (k, s) in enumerate(zip(ARMS, skills)))
-    register(run_dir, model=m, baseline_model=b, n=n, max_new_tokens=64, problems=sub, runner='ei_nb.confirm:synthetic_runner')
-    run_confirmation(run_dir, report=report)
-    return _cdir(run_dir)
 
 # %% ../nbs/confirm.ipynb #8fb44a50
 def _kv(items) -> dict:
@@ -579,11 +511,11 @@ def _kv(items) -> dict:
 
 def status(run_dir) -> dict:
     "Where a confirmation stands: registration, hash check, finished arms, lock, attempts."
-    cdir = _cdir(run_dir); reg = _json_or_none(cdir/'registration.json')
+    C = RunLayout(run_dir).confirm; cdir = C.dir; reg = read_json(C.registration)
     if reg is None: return {'registered': False, 'confirm_dir': str(cdir)}
-    lock = _json_or_none(cdir/'lock.json')
+    lock = read_json(C.lock)
     return {'registered': True, 'registration_id': reg['registration_id'], 'mismatches': registration_mismatches(cdir, reg),
-            'arms_done': [a for a in ARMS if (cdir/a/'arm_done.json').exists()], 'has_test_samples': has_test_samples(cdir),
+            'arms_done': [a for a in ARMS if C.arm_done(a).exists()], 'has_test_samples': has_test_samples(cdir),
             'locked': lock is not None, 'summary': lock['summary'] if lock else None, 'attempt': _attempt_no(cdir),
             'changed_since_lock': changed_since_lock(cdir)}
 

@@ -8,10 +8,11 @@ import hashlib, itertools, random, re
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from .core import (SFT_MAX_TOKENS, BadInput, StageFailed, atomic_write_json, check_record, normalize_ws, read_problems, read_samples, read_verdicts,
+from .core import (SFT_MAX_TOKENS, BadInput, StageFailed, check_record, normalize_ws, read_problems, read_samples, read_verdicts,
                         iter_jsonl, statement_key, write_records)
 from .lean_lex import code_only
 from .prompts import render_prompt
+from .layout import RoundLayout
 from .rows import encode, join_passes, load_tokenizer
 from .sft import add_capped_rows, sft_row, is_protected, protected_index, protected_key
 
@@ -367,6 +368,57 @@ def _prompts(problems, verdicts, n_prompts, lemma_frac, seed, round_idx, tok, st
     stmt = lambda s, l: statements.get(s['problem']['header'], {}).get(l, f'theorem {l}')
     return [prompt_problem(s, l, stmt(s, l), i, round_idx, tok, style) for i, (s, l) in enumerate(pairs)], seeds
 
+def _generate(problems:list[dict], verdicts:list[dict], R:RoundLayout, model_dir, tok, ver, job:dict,
+              params:'SampleParams', # how conjectures are sampled (n = conj_per_prompt, the conjecture cap)
+              round_idx:int, choose:dict, # n_prompts, lemma_frac, seed, seed_min_rate: how prompts are chosen
+              known:set, protected, easy_timeout:float) -> tuple[list, list, dict, list, list]:
+    "Prompts from the seed proofs, conjectures sampled from them, each checked as a statement (by Lean too when `ver` has it); all written to `R`."
+    from ei_nb.sample_job import sample_and_verify
+    backend = getattr(ver, 'backend', None)
+    prompts, seeds = _prompts(problems, verdicts, choose['n_prompts'], choose['lemma_frac'], choose['seed'], round_idx, tok,
+                              job['prompt_style'], protected, backend, getattr(ver, 'timeout', 60), choose['seed_min_rate'])
+    write_records(R.conjecture_prompts, prompts, 'problem')
+    gen = sample_and_verify(prompts, model_dir, R.conjecture_generations, None, params, round_idx, verifier=None,
+                            settings={'model': str(Path(model_dir).resolve()), 'stage': 'conjecture'}, **job)
+    gens = read_samples(R.conjecture_generations, required=False)
+    cands = check_candidates(gens, {p['name']: p for p in prompts}, known, protected, round_idx)
+    if backend is not None: _lean_checks(cands, ver, easy_timeout, R.conjecture_candidates)
+    write_records(R.conjecture_candidates, cands)
+    return prompts, seeds, gen, gens, cands
+
+def _prove(cands:list[dict], R:RoundLayout, model_dir, verifier, job:dict, params:'SampleParams', round_idx:int) -> tuple[list, dict, list, list]:
+    "The accepted conjectures as problems, proved `params.n` times each and verified; all written to `R`."
+    from ei_nb.sample_job import sample_and_verify
+    cproblems = [c['problem'] for c in cands if c['status'] == 'accepted']
+    write_records(R.conjecture_problems, cproblems, 'problem')
+    proof = sample_and_verify(cproblems, model_dir, R.conjecture_samples, R.conjecture_verdicts, params, round_idx, verifier=verifier,
+                              settings={'model': str(Path(model_dir).resolve())}, **job)
+    return cproblems, proof, read_samples(R.conjecture_samples, required=False), read_verdicts(R.conjecture_verdicts, required=False)
+
+def _keep(cands:list[dict], cproblems:list[dict], samples:list[dict], verdicts:list[dict], prompts:list[dict], R:RoundLayout,
+          tok, round_idx:int, conj_hi:float, elegance_quantile:float, max_tokens:int) -> tuple[list, list, dict]:
+    "The kept conjectures (written as problems to `R.conjectures`), their conjecturer rows, and every conjecture's status."
+    kept, status = select_conjectures(cproblems, samples, verdicts, conj_hi, elegance_quantile)
+    origin, extra = {c['name']: c for c in cands if c['status'] == 'accepted'}, ('prompt', 'sample_idx', 'statement')
+    kept = [k | {key: origin[k['name']][key] for key in extra} for k in kept]
+    write_records(R.conjectures, [{k: v for k, v in c.items() if k not in extra} for c in kept], 'problem')
+    rows = conjecture_rows(kept, {p['name']: p for p in prompts}, tok, round_idx, max_tokens)
+    write_records(R.conjecture_rows, rows)
+    return kept, rows, status
+
+def _counts(seeds, prompts, gen:dict, gens, cands, cproblems, proof:dict, samples, verdicts, kept, rows, status:dict, lean:bool) -> dict:
+    "What the stage did, counted: the numbers of its `stage.json`."
+    checks = Counter(c['status'] for c in cands)
+    return {'seeds': len(seeds), 'prompts': len(prompts), 'prompts_too_long': gen.get('n_dropped', 0), 'lemmas': len({p['lemma'] for p in prompts}),
+            'generated': len(gens), 'parsed': sum(c['statement'] is not None for c in cands),
+            'elaborated': (checks['accepted'] + checks['too_easy']) if lean else None,
+            'to_prove': len(cproblems), 'proved': sum(1 for s in status.values() if s != 'unproved'), 'kept': len(kept),
+            'rows': len(rows), 'candidates': dict(checks), 'selection': dict(Counter(status.values())),
+            'verdict_counts': dict(Counter(v['verdict'] for v in verdicts)),
+            'tokens': sum(s['n_tokens'] for s in gens) + sum(s['n_tokens'] for s in samples), 'proof_samples': len(samples), 'lean': lean,
+            'timings': {'conjecturing': gen['timings'], 'proving': proof['timings']},
+            'n_generated': gen.get('n_generated', 0) + proof.get('n_generated', 0)}
+
 def run_conjecture(problems_path, verdicts_path, # the pool and the latest verdicts of its problems (the seeds)
                    model_dir, out_dir, round_idx:int=1,
                    extra_problems_paths=(), # earlier rounds' conjectures.jsonl: never conjectured again
@@ -376,62 +428,30 @@ def run_conjecture(problems_path, verdicts_path, # the pool and the latest verdi
                    sampler:str='transformers', sampler_options:dict|None=None, verifier=None, # `VerifierSettings` (None: no Lean, proofs `unchecked`)
                    prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5, max_tokens:int=SFT_MAX_TOKENS,
                    easy_timeout:float=10, seed_min_rate:float=0.0, protected=(), log=print, progress:bool|None=None) -> dict:
-    "Conjecture, check, prove and keep into `out_dir`; what `conjecture.json` holds."
-    from ei_nb.sample import SampleParams
-    from ei_nb.sample_verify import sample_and_verify
-    from ei_nb.sample import open_verifier
+    "Conjecture, check, prove and keep into the round folder `out_dir`; the counts (the stage's `stage.json` numbers)."
+    from ei_nb.sample import SampleParams, open_verifier
     from ei_nb.verify import VerifierSettings
-    out_dir, tok, verifier = Path(out_dir), load_tokenizer(model_dir), verifier or VerifierSettings()
+    R, tok, verifier = RoundLayout.in_folder(out_dir), load_tokenizer(model_dir), verifier or VerifierSettings()
+    job = dict(sampler=sampler, sampler_options=sampler_options, prompt_style=prompt_style, chunk_problems=chunk_problems,
+               max_prompt_frac=max_prompt_frac, log=log, progress=progress)
     problems = read_problems(problems_path)
+    pool_verdicts = read_verdicts(verdicts_path, required=False) if verdicts_path else []     # no verdicts yet: nothing seeds
     with open_verifier(verifier) as ver:
-        backend = getattr(ver, 'backend', None)
-        lean_timeout = getattr(ver, 'timeout', 60)
-        verdicts = read_verdicts(verdicts_path, required=False) if verdicts_path else []     # no verdicts yet: nothing seeds
-        prompts, seeds = _prompts(problems, verdicts, n_prompts, lemma_frac, seed, round_idx, tok, prompt_style, protected, backend,
-                                  lean_timeout, seed_min_rate)
-        write_records(out_dir/'conjecture_prompts.jsonl', prompts, 'problem')
-        by_prompt, model = {p['name']: p for p in prompts}, str(Path(model_dir).resolve())
-        gen = sample_and_verify(prompts, model_dir, out_dir/'conjecture_generations.jsonl', None,
-                                SampleParams(conj_per_prompt, temperature, top_p, conj_max_new_tokens, seed), round_idx, sampler,
-                                sampler_options, None, prompt_style, chunk_problems, max_prompt_frac,
-                                settings={'model': model, 'stage': 'conjecture'}, log=log, progress=progress)
-        gens = read_samples(out_dir/'conjecture_generations.jsonl', required=False)
-        cands = check_candidates(gens, by_prompt, _known_keys(problems, extra_problems_paths), protected, round_idx)
-        if backend is not None: _lean_checks(cands, ver, easy_timeout, out_dir/'conjecture_candidates.jsonl')
-    write_records(out_dir/'conjecture_candidates.jsonl', cands)
-    cproblems = [c['problem'] for c in cands if c['status'] == 'accepted']
-    write_records(out_dir/'conjecture_problems.jsonl', cproblems, 'problem')
-    proof = sample_and_verify(cproblems, model_dir, out_dir/'conjecture_samples.jsonl', out_dir/'conjecture_verdicts.jsonl',
-                              SampleParams(n, temperature, top_p, max_new_tokens, seed), round_idx, sampler, sampler_options, verifier,
-                              prompt_style, chunk_problems, max_prompt_frac, settings={'model': model}, log=log, progress=progress)
-    samples, verdicts = read_samples(out_dir/'conjecture_samples.jsonl', required=False), read_verdicts(out_dir/'conjecture_verdicts.jsonl', required=False)
-    kept, status = select_conjectures(cproblems, samples, verdicts, conj_hi, elegance_quantile)
-    origin = {c['name']: c for c in cands if c['status'] == 'accepted'}
-    kept = [k | {key: origin[k['name']][key] for key in ('prompt', 'sample_idx', 'statement')} for k in kept]
-    write_records(out_dir/'conjectures.jsonl', [{k: v for k, v in c.items() if k not in ('prompt', 'sample_idx', 'statement')} for c in kept], 'problem')
-    rows = conjecture_rows(kept, by_prompt, tok, round_idx, max_tokens)
-    write_records(out_dir/'conjecture_rows.jsonl', rows)
-    checks = Counter(c['status'] for c in cands)
-    result = {'seeds': len(seeds), 'prompts': len(prompts), 'prompts_too_long': gen.get('n_dropped', 0), 'lemmas': len({p['lemma'] for p in prompts}),
-              'generated': len(gens), 'parsed': sum(c['statement'] is not None for c in cands),
-              'elaborated': (checks['accepted'] + checks['too_easy']) if backend is not None else None,
-              'to_prove': len(cproblems), 'proved': sum(1 for s in status.values() if s != 'unproved'), 'kept': len(kept),
-              'rows': len(rows), 'candidates': dict(checks), 'selection': dict(Counter(status.values())),
-              'verdict_counts': dict(Counter(v['verdict'] for v in verdicts)),
-              'tokens': sum(s['n_tokens'] for s in gens) + sum(s['n_tokens'] for s in samples), 'proof_samples': len(samples),
-              'n_prompts': n_prompts, 'conj_per_prompt': conj_per_prompt, 'n': n, 'conj_hi': conj_hi, 'lemma_frac': lemma_frac,
-              'elegance_quantile': elegance_quantile, 'seed_min_rate': seed_min_rate, 'lean': backend is not None,
-              'timings': {'conjecturing': gen['timings'], 'proving': proof['timings']},
-              'n_generated': gen.get('n_generated', 0) + proof.get('n_generated', 0)}
-    atomic_write_json(out_dir/'conjecture.json', result)
-    return result
+        lean = getattr(ver, 'backend', None) is not None
+        prompts, seeds, gen, gens, cands = _generate(
+            problems, pool_verdicts, R, model_dir, tok, ver, job, SampleParams(conj_per_prompt, temperature, top_p, conj_max_new_tokens, seed),
+            round_idx, dict(n_prompts=n_prompts, lemma_frac=lemma_frac, seed=seed, seed_min_rate=seed_min_rate),
+            _known_keys(problems, extra_problems_paths), protected, easy_timeout)
+    cproblems, proof, samples, verdicts = _prove(cands, R, model_dir, verifier, job, SampleParams(n, temperature, top_p, max_new_tokens, seed), round_idx)
+    kept, rows, status = _keep(cands, cproblems, samples, verdicts, prompts, R, tok, round_idx, conj_hi, elegance_quantile, max_tokens)
+    return _counts(seeds, prompts, gen, gens, cands, cproblems, proof, samples, verdicts, kept, rows, status, lean) | {
+        'n_prompts': n_prompts, 'conj_per_prompt': conj_per_prompt, 'n': n, 'conj_hi': conj_hi, 'lemma_frac': lemma_frac,
+        'elegance_quantile': elegance_quantile, 'seed_min_rate': seed_min_rate}
 
 HEADLINE = ('generated', 'parsed', 'elaborated', 'proved', 'kept')
 
-def conjecture_counts(round_dir) -> dict|None:
-    "The headline counts of a round's conjecture stage (`generated`, `parsed`, `elaborated`, `proved`, `kept`, `rows`), or None when it did not run."
-    path = Path(round_dir)/'conjecture.json'
-    if not path.exists(): return None
-    import json
-    res = json.loads(path.read_text())
-    return {k: res.get(k) for k in HEADLINE + ('rows',)}
+def conjecture_counts(stage_json) -> dict|None:
+    "The headline counts of a round's conjecture stage (`generated`, `parsed`, `elaborated`, `proved`, `kept`, `rows`) from its `stage.json`; None when it did not run."
+    from ei_nb.layout import stage_numbers
+    numbers = stage_numbers(stage_json)
+    return None if numbers is None else {k: numbers.get(k) for k in HEADLINE + ('rows',)}

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 # %% auto #0
-__all__ = ['VERDICTS', 'SCHEMAS', 'KEYS', 'POOL_CAP', 'EVAL_CAP', 'SFT_MAX_TOKENS', 'EiError', 'BadInput', 'StageFailed',
-           'DataStop', 'RecordError', 'fsync_dir', 'OutputError', 'remove_stale_temps', 'atomic_path',
+__all__ = ['VERDICTS', 'SCHEMAS', 'KEYS', 'POOL_CAP', 'EVAL_CAP', 'SFT_MAX_TOKENS', 'HASH_CACHE_MIN', 'EiError', 'BadInput',
+           'StageFailed', 'DataStop', 'RecordError', 'fsync_dir', 'OutputError', 'remove_stale_temps', 'atomic_path',
            'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'check_output', 'check_record',
            'check_input', 'decode_line', 'iter_jsonl', 'read_records', 'read_problems', 'read_samples', 'read_verdicts',
            'shared_data', 'jsonl_bytes', 'write_records', 'lean_code_only', 'normalize_ws', 'theorem_name',
-           'statement_key', 'sha256_file', 'sha256_json', 'read_json']
+           'statement_key', 'sha256_file', 'sha256_json', 'hash_cache_dir', 'content_hash', 'read_json']
 
 # %% ../nbs/core.ipynb #251d4eac
 class EiError(Exception):
@@ -344,6 +344,42 @@ def sha256_file(path, chunk:int=1<<22) -> str:
 def sha256_json(obj) -> str:
     "Hex sha256 of `obj` as canonical JSON (sorted keys)."
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
+
+# %% ../nbs/core.ipynb #4f8a5c8b
+HASH_CACHE_MIN = 16 << 20   # files this large keep their hash in the cache; smaller ones hash in milliseconds
+
+def hash_cache_dir() -> Path:
+    "Where `content_hash` caches large files' hashes: `$EI_HASH_CACHE`, else `$XDG_CACHE_HOME` (or `~/.cache`)`/ei_nb/sha256`."
+    if d := os.environ.get('EI_HASH_CACHE'): return Path(d)
+    return Path(os.environ.get('XDG_CACHE_HOME') or Path.home()/'.cache')/'ei_nb'/'sha256'
+
+def _cache_key(p:Path) -> str|None:
+    "The cache key of a large file not written in the last 2 s (None: do not cache it)."
+    st = p.stat()
+    if st.st_size < HASH_CACHE_MIN or time.time_ns() - st.st_mtime_ns < 2_000_000_000: return None
+    return sha256_json([str(p.resolve()), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev])
+
+def _file_hash(p:Path, cache:bool) -> str:
+    key = _cache_key(p) if cache else None
+    entry = hash_cache_dir()/key if key else None
+    if entry is not None and entry.is_file() and len(h := entry.read_text().strip()) == 64: return h
+    h = sha256_file(p)
+    if entry is not None and _cache_key(p) == key:   # unchanged while it was read
+        with contextlib.suppress(OSError): atomic_write_text(entry, h)   # a cache that cannot be written costs time, nothing else
+    return h
+
+def content_hash(path, # a file or a folder
+                 cache:bool=True, # use the stat-keyed cache for files of `HASH_CACHE_MIN` bytes or more
+                ) -> str|None:
+    "sha256 of every byte: a file's own; a folder's over its sorted relative file names, each with its file's hash; None if absent."
+    from concurrent.futures import ThreadPoolExecutor
+    p = Path(path)
+    if not p.exists(): return None
+    if not p.is_dir(): return _file_hash(p, cache)
+    files = sorted((q.relative_to(p).as_posix(), q) for q in p.rglob('*') if q.is_file())
+    with ThreadPoolExecutor(min(4, os.cpu_count() or 1)) as ex:   # hashlib releases the GIL: shards hash in parallel
+        hashes = list(ex.map(lambda f: _file_hash(f[1], cache), files))
+    return sha256_json({name: h for (name, _), h in zip(files, hashes)})
 
 # %% ../nbs/core.ipynb #0ceb18bc
 def read_json(path, # a JSON file

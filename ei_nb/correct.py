@@ -6,7 +6,8 @@
 from __future__ import annotations
 from collections import Counter
 from pathlib import Path
-from .core import SFT_MAX_TOKENS, BadInput, atomic_write_json, read_problems, read_samples, read_verdicts, write_records
+from .core import SFT_MAX_TOKENS, BadInput, read_problems, read_samples, read_verdicts, write_records
+from .layout import RoundLayout
 from .prompts import correction_messages, error_feedback, render_prompt, statement_open
 from .dpo import LEAN_ERROR, is_lean_failure
 from .rows import join_passes, load_tokenizer
@@ -95,21 +96,21 @@ def run_correct(problems_path, samples_path, verdicts_path, # the round's proble
                 sampler:str='transformers', sampler_options:dict|None=None, verifier=None, # `VerifierSettings` (None: no verifier)
                 prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5, max_tokens:int=SFT_MAX_TOKENS,
                 protected=(), log=print, progress:bool|None=None) -> dict:
-    "Correct the round's Lean failures into `out_dir`; what `correct.json` holds."
+    "Correct the round's Lean failures into the round folder `out_dir`; the counts (the stage's `stage.json` numbers)."
     from ei_nb.sample import SampleParams
-    from ei_nb.sample_verify import sample_and_verify
-    out_dir, tok = Path(out_dir), load_tokenizer(model_dir)
+    from ei_nb.sample_job import sample_and_verify
+    R, tok = RoundLayout.in_folder(out_dir), load_tokenizer(model_dir)
     problems = read_problems(problems_path)
     chosen = correction_candidates(problems, read_samples(samples_path), read_verdicts(verdicts_path), max_per_problem, tuple(prefixes))
     cproblems = [correction_problem(p, s, v, tok, prompt_style) for p, s, v in chosen]
-    write_records(out_dir/'correction_problems.jsonl', cproblems, 'problem')
+    write_records(R.correction_problems, cproblems, 'problem')
     params = SampleParams(n, temperature, top_p, max_new_tokens, seed)
-    stats = sample_and_verify(cproblems, model_dir, out_dir/'correction_samples.jsonl', out_dir/'correction_verdicts.jsonl', params,
+    stats = sample_and_verify(cproblems, model_dir, R.correction_samples, R.correction_verdicts, params,
                               round_idx, sampler, sampler_options, verifier, prompt_style, chunk_problems, max_prompt_frac,
                               settings={'model': str(Path(model_dir).resolve()), 'prefixes': list(prefixes)}, log=log, progress=progress)
-    samples, verdicts = read_samples(out_dir/'correction_samples.jsonl'), read_verdicts(out_dir/'correction_verdicts.jsonl')
+    samples, verdicts = read_samples(R.correction_samples), read_verdicts(R.correction_verdicts)
     rows, kept = correction_rows(cproblems, samples, verdicts, tok, round_idx, max_per_failure, max_tokens, protected)
-    write_records(out_dir/'correction_rows.jsonl', rows)
+    write_records(R.correction_rows, rows)
     fixed = {v['name'] for v in verdicts if v['verdict'] == 'pass'}
     result = {'failures_tried': len(cproblems), 'problems_tried': len({p['corrects']['name'] for p in cproblems}),
               'corrections_sampled': len(samples), 'corrections_verified': sum(v['verdict'] == 'pass' for v in verdicts),
@@ -117,5 +118,4 @@ def run_correct(problems_path, samples_path, verdicts_path, # the round's proble
               'verdict_counts': dict(Counter(v['verdict'] for v in verdicts)), 'tokens': sum(s['n_tokens'] for s in samples),
               'n': n, 'max_per_problem': max_per_problem, 'max_per_failure': max_per_failure, 'prefixes': list(prefixes),
               'timings': stats['timings'], 'n_generated': stats.get('n_generated', len(samples))}
-    atomic_write_json(out_dir/'correct.json', result)
     return result

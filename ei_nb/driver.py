@@ -7,9 +7,9 @@ from __future__ import annotations
 import ast, contextlib, datetime, difflib, io, json, os, platform, shutil, signal, subprocess, sys, time, tokenize
 from pathlib import Path
 from fastcore.basics import patch
-from .core import BadInput, DataStop, StageFailed, atomic_write_json, read_problems, statement_key, write_records
+from .core import BadInput, DataStop, StageFailed, atomic_write_json, content_hash, read_problems, statement_key, write_records
 from .layout import FINAL, ROUND0_STAGES, ROUND_STAGES, RunLayout, read_stage_json
-from .markers import (SECTIONS as _MARKER_SECTIONS, chain_hash, check_params, existing_markers, fingerprint, finished, parse_redo, record,
+from .markers import (SECTIONS as _MARKER_SECTIONS, chain_hash, check_params, existing_markers, finished, parse_redo, record,
                            redo, step_order, verdicts_fingerprint, where)
 from .eta import ETA_KEYS, count_lines, eta_seconds, hms, record_rate, stage_work
 from .params_check import validate_config
@@ -440,7 +440,7 @@ def sources(self:Run, rnd:int, stage:str, scores=None, data_stop_reason:str='') 
     first = rnd == 1 and not self.paths['seed_verdicts']   # round 1 reuses the pool measurement of the same model
     anchor = self.cfg['stage_driver']['03_average']['anchor']
     return {
-        'run_dir': lambda: L.run_dir, 'round_dir': lambda: R.dir, 'demo_dir': lambda: L.demo, 'figures': lambda: L.figures,
+        'run_dir': lambda: L.run_dir, 'round_dir': lambda: R.dir, 'demo_dir': lambda: L.demo, 'figures': lambda: R.figures,
         'stage_json': lambda: R.stage_json(stage), 'round': lambda: rnd, 'rounds': lambda: run['rounds'],
         'upto_round': lambda: -1 if rnd == FINAL else rnd, 'prompt_style': lambda: run['prompt_style'],
         'allow_test_selection': lambda: run['allow_test_selection'], 'in_a_round': lambda: rnd >= 1,
@@ -570,8 +570,8 @@ def inputs(self:Run) -> dict:
     "The driver's input check as the `inputs` step of round 0 (same marker protocol as a stage)."
     p, L = self.paths, self.layout
     checked = self.check_inputs()
-    inputs = {k: fingerprint(p[k]) for k in ('pool', 'scored', 'base_model', 'seed_verdicts', 'baseline_verdicts') if p[k]}
-    params, inputs = portable(self.input_params(), self.run_dir), portable(inputs | {'protected': [fingerprint(f) for f in p['protected']]}, self.run_dir)
+    inputs = {k: content_hash(p[k]) for k in ('pool', 'scored', 'base_model', 'seed_verdicts', 'baseline_verdicts') if p[k]}
+    params, inputs = portable(self.input_params(), self.run_dir), portable(inputs | {'protected': [content_hash(f) for f in p['protected']]}, self.run_dir)
     if (m := finished(L, 0, 'inputs', params, inputs, self.prev)):
         self.prev = m['chain']; return m
     if self.verifier().backend == 'known' and not self.cfg['demo']:

@@ -9,9 +9,10 @@ from .core import BadInput
 from .frames import frame_of, read_frame
 
 # %% auto #0
-__all__ = ['pass_at_k', 'pass_at_k_array', 'ProblemCounts', 'tally_table', 'tally', 'tally_frame', 'counts_of', 'problem_counts',
-           'pass_at_k_mean', 'score', 'verdict_counts', 'stats_cli', 'check_scored_set', 'eval_summary',
-           'plot_pass_counts', 'plot_lengths', 'plot_eval', 'figure_image', 'run_eval', 'eval_cli']
+__all__ = ['EVAL_HEADLINE', 'pass_at_k', 'pass_at_k_array', 'ProblemCounts', 'tally_table', 'tally', 'tally_frame', 'counts_of',
+           'problem_counts', 'pass_at_k_mean', 'score', 'verdict_counts', 'stats_cli', 'check_scored_set',
+           'eval_summary', 'plot_pass_counts', 'plot_lengths', 'plot_eval', 'figure_image', 'write_eval_stage_json',
+           'run_eval', 'eval_cli']
 
 # %% ../nbs/04_eval.ipynb #9510063f
 def pass_at_k(n:int, # samples of the problem
@@ -77,7 +78,6 @@ def tally(name_codes, # per sample: its problem, as an index into `names` (-1: n
     cell = (name_codes * width + np.where(verdict_codes < 0, width - 1, verdict_codes))[name_codes >= 0]
     return tally_table(names, [*verdicts, None], np.bincount(cell, minlength=len(names) * width))
 
-
 # %% ../nbs/04_eval.ipynb #30a0b843
 def _coded(column) -> tuple[np.ndarray, list]:
     "A pandas column as (codes, distinct values): a categorical's own, or factorised (missing values get -1)."
@@ -136,7 +136,8 @@ def stats_cli(argv):
 # %% ../nbs/04_eval.ipynb #353ca70c
 import json, time
 from pathlib import Path
-from .core import EVAL_CAP, atomic_write_json, read_problems, read_samples, read_verdicts, sha256_json
+from .core import EVAL_CAP, read_problems, read_samples, read_verdicts, sha256_json
+from .layout import EvalLayout, write_stage_json
 
 # %% ../nbs/04_eval.ipynb #bb885dbd
 def check_scored_set(problems:list[dict], allow_test_selection:bool=False) -> list[dict]:
@@ -204,9 +205,26 @@ def figure_image(fig, dpi:int=100):
     return Image(buf.getvalue())
 
 # %% ../nbs/04_eval.ipynb #63dc6b0c
+EVAL_HEADLINE = ('solved', 'n_problems', 'pass_at_k', 'n_samples')   # what a reader of a round wants first
+
+def write_eval_stage_json(path, # where the stage.json goes
+                          inputs:dict, # what the evaluation read: name -> path
+                          files:EvalLayout, # where its records and plot are
+                          result:dict, # what `run_eval` measured
+                          started:float, # `time.time()` when it began
+                         ) -> dict:
+    "The evaluation's one summary: the score as headline (`work`: samples), every other number as detail, the settings as params."
+    head = {k: result[k] for k in EVAL_HEADLINE} | {'work': result['n_samples']}
+    smp, ver = result['sampler'], result['verifier']
+    params = {'round_idx': result['round'], **{k: smp[k] for k in ('n', 'max_new_tokens', 'temperature', 'top_p', 'seed')},
+              'sampler': smp['backend'], 'verify_backend': ver['backend'], 'timeout': ver['timeout'],
+              **{k: smp[k] for k in ('prompt_style', 'chunk_problems', 'max_prompt_frac')}, 'allow_test_selection': result['allow_test_selection']}
+    return write_stage_json(path, '04_eval', inputs, {'samples': files.samples, 'verdicts': files.verdicts, 'plot': files.plot},
+                            params, head, time.time() - started, detail={k: v for k, v in result.items() if k not in head})
+
 def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF2F-valid)
              model_dir, # the model to evaluate
-             out_dir, # gets eval_samples.jsonl, eval_verdicts.jsonl, eval.json, eval.png
+             out_dir, # gets eval_samples.jsonl, eval_verdicts.jsonl, eval.png (`EvalLayout` names them)
              n:int=8, # n_e: samples per problem
              max_new_tokens:int=EVAL_CAP, # the cap
              seed:int=0, # the fixed eval seed
@@ -220,25 +238,25 @@ def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF
              round_idx:int=0, # the `round` of the records
              chunk_problems:int=4, max_prompt_frac:float=0.5,
              known_proofs=None, # the known-proof file of the `known` back-end
+             stage_json=None, # where the evaluation's stage.json goes (None: `stage.json` in out_dir)
+             started:float|None=None, # `time.time()` when the stage began (None: now)
              log=print, progress:bool|None=None) -> dict:
-    "Sample, verify and score the scored set; write the records, `eval.json` and the plots into `out_dir`."
-    problems = read_problems(problems) if isinstance(problems, (str, Path)) else list(problems)
-    check_scored_set(problems, allow_test_selection)
-    out_dir = Path(out_dir)
+    "Sample, verify and score the scored set: records and plot into `out_dir`, the numbers (returned) into its `stage.json`."
+    started, source = started or time.time(), problems if isinstance(problems, (str, Path)) else None
+    problems, files = check_scored_set(read_problems(source) if source else list(problems), allow_test_selection), EvalLayout(Path(out_dir))
     if verify_backend == 'none': log('eval: verify backend none runs the pre-check only: no sample can pass')
     from ei_nb.sample import SampleParams, verifier_of   # here, not at the top: `ei stats` and `ei select` start without it
-    from ei_nb.sample_verify import sample_and_verify
-    params = SampleParams(n, temperature, top_p, max_new_tokens, seed)
+    from ei_nb.sample_job import sample_and_verify
     verifier = {'backend': verify_backend, 'lean_project': str(lean_project) if lean_project else None, 'workers': workers,
                 'timeout': timeout, 'endpoints': list(endpoints or []), 'policy': policy}
-    stats = sample_and_verify(problems, model_dir, out_dir/'eval_samples.jsonl', out_dir/'eval_verdicts.jsonl', params, round_idx,
-                              sampler, sampler_options, verifier_of(verify_backend, lean_project, workers, timeout, endpoints,
-                                                                    policy, cache_dir, known_proofs),
+    stats = sample_and_verify(problems, model_dir, files.samples, files.verdicts, SampleParams(n, temperature, top_p, max_new_tokens, seed),
+                              round_idx, sampler, sampler_options, verifier_of(verify_backend, lean_project, workers, timeout, endpoints,
+                                                                               policy, cache_dir, known_proofs),
                               prompt_style, chunk_problems, max_prompt_frac, None,
                               {'model': str(Path(model_dir).resolve()),
                                **{f'verify_{k}': v for k,v in verifier.items() if k not in ('workers', 'endpoints')}},
                               log=log, progress=progress)
-    samples, verdicts = read_samples(out_dir/'eval_samples.jsonl', False), read_verdicts(out_dir/'eval_verdicts.jsonl', False)
+    samples, verdicts = read_samples(files.samples, False), read_verdicts(files.verdicts, False)
     result = eval_summary(samples, verdicts, n) | {
         'n_dropped': stats['n_dropped'], 'dropped': [d['name'] for d in stats['dropped']],
         'model': str(model_dir), 'round': round_idx,
@@ -248,8 +266,8 @@ def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF
                     'max_prompt_frac': max_prompt_frac, **{k: v for k,v in (sampler_options or {}).items() if v is not None}},
         'verifier': verifier, 'allow_test_selection': allow_test_selection,
         'tokens_per_s': stats['tokens_per_s'], 'timings': stats['timings']}
-    plot_eval(samples, verdicts, n, max_new_tokens, out_dir/'eval.png')
-    atomic_write_json(out_dir/'eval.json', result)
+    plot_eval(samples, verdicts, n, max_new_tokens, files.plot)
+    write_eval_stage_json(stage_json or files.stage_json, {'problems': source, 'model': model_dir}, files, result, started)
     return result
 
 # %% ../nbs/04_eval.ipynb #74914985
@@ -266,9 +284,9 @@ def eval_cli(argv):
     p.add_argument('--round', type=nonneg_int, default=0)
     a = p.parse_args(argv)
     check_output(a.out_dir, [a.problems, a.policy], '--out-dir', is_dir=True)
-    problems = read_problems(a.problems)
+    problems = a.problems   # the file itself (its hash goes into stage.json), unless a split is taken out of it
     if a.split:
-        problems = [q for q in problems if q['split'] == a.split]
+        problems = [q for q in read_problems(a.problems) if q['split'] == a.split]
         if not problems: raise BadInput(f'{a.problems}: no problem of split {a.split!r}')
     return run_eval(problems, a.model, a.out_dir, a.n, a.max_new_tokens, a.seed, a.temperature, a.top_p, a.backend,
                     sampler_options(a), a.verify_backend, a.lean_project, a.workers, a.timeout, a.endpoint, a.policy,

@@ -4,14 +4,14 @@
 
 # %% ../nbs/layout.ipynb #2303c3b9
 from __future__ import annotations
-import datetime, hashlib, json, os
+import datetime, json, os
 from dataclasses import dataclass
 from pathlib import Path
-from .core import BadInput, atomic_write_json, sha256_file, sha256_json
+from .core import BadInput, atomic_write_json, content_hash
 
 # %% auto #0
-__all__ = ['ROUND_STAGES', 'ROUND0_STAGES', 'FINAL', 'OUTPUTS', 'RoundLayout', 'RunLayout', 'digest', 'write_stage_json',
-           'read_stage_json']
+__all__ = ['ROUND_STAGES', 'ROUND0_STAGES', 'FINAL', 'OUTPUTS', 'EvalLayout', 'RoundLayout', 'ConfirmLayout', 'RunLayout',
+           'digest', 'write_stage_json', 'read_stage_json', 'stage_numbers']
 
 # %% ../nbs/layout.ipynb #0570a557
 ROUND_STAGES = ('00b_conjecture', '00_select', '01_sample_verify', '01c_correct', '02_sft', '03_average', '07_sharpen', '04_eval', '05_stop_rule', '06_report')
@@ -20,65 +20,92 @@ FINAL = 10**6  # the round number of the final report
 OUTPUTS = {
     'demo': ['demo'],
     'inputs': ['inputs'],
-    '00b_conjecture': ['conjecture_prompts.jsonl', 'conjecture_generations.jsonl', 'conjecture_generations.jsonl.settings.json', 'conjecture_candidates.jsonl', 'conjecture_problems.jsonl', 'conjecture_samples.jsonl',
-                       'conjecture_samples.jsonl.settings.json', 'conjecture_verdicts.jsonl', 'conjectures.jsonl', 'conjecture_rows.jsonl',
-                       'conjecture.json'],
-    '00_select': ['measurement.jsonl', 'selected.jsonl', 'select.json'],
-    '01_sample_verify': ['samples.jsonl', 'samples.jsonl.settings.json', 'verdicts.jsonl', 'sample_verify.json', 'sample_verify.png'],
+    '00b_conjecture': ['conjecture_prompts.jsonl', 'conjecture_generations.jsonl', 'conjecture_generations.jsonl.settings.json', 'conjecture_candidates.jsonl',
+                       'conjecture_problems.jsonl', 'conjecture_samples.jsonl', 'conjecture_samples.jsonl.settings.json', 'conjecture_verdicts.jsonl',
+                       'conjectures.jsonl', 'conjecture_rows.jsonl'],
+    '00_select': ['measurement.jsonl', 'selected.jsonl'],
+    '01_sample_verify': ['samples.jsonl', 'samples.jsonl.settings.json', 'verdicts.jsonl', 'sample_verify.png'],
     '01c_correct': ['correction_problems.jsonl', 'correction_samples.jsonl', 'correction_samples.jsonl.settings.json',
-                    'correction_verdicts.jsonl', 'correction_rows.jsonl', 'correct.json'],
-    '02_sft': ['sft.jsonl', 'sft.json', 'adapter', 'merged', 'checkpoints', 'train.json', 'dpo_pairs.jsonl', 'sft_model', 'sft_logprobs.jsonl'],
+                    'correction_verdicts.jsonl', 'correction_rows.jsonl'],
+    '02_sft': ['sft.jsonl', 'adapter', 'merged', 'checkpoints', 'train.json', 'dpo_pairs.jsonl', 'sft_model', 'sft_logprobs.jsonl'],
     '03_average': ['model'],
     '07_sharpen': ['logprobs_in.jsonl', 'logprobs_out.jsonl', 'uplift.json', 'uplift.png'],
     '04_eval': ['eval'],
     '05_stop_rule': ['decision.json'],
-    '06_report': [],
+    '06_report': ['figures'],
 }
 
 # %% ../nbs/layout.ipynb #5792d89f
+@dataclass(frozen=True)
+class EvalLayout:
+    "The files of one evaluation: a round's `eval/`, an arm of `confirm/`, or the folder of `ei eval --out-dir DIR`."
+    dir: Path
+    @property
+    def samples(self) -> Path: return self.dir/'eval_samples.jsonl'
+    @property
+    def verdicts(self) -> Path: return self.dir/'eval_verdicts.jsonl'
+    @property
+    def plot(self) -> Path: return self.dir/'eval.png'
+    @property
+    def stage_json(self) -> Path: return self.dir/'stage.json'   # the summary of an evaluation run outside a round (in a round: stages/04_eval.json)
+
+# %% ../nbs/layout.ipynb #30e4c2ef
 @dataclass(frozen=True)
 class RoundLayout:
     "The files of round `r` of a run (`r == FINAL`: the run folder itself, for the final report)."
     run_dir: Path
     r: int
+    folder: Path|None = None   # a stage run on its own (`RoundLayout.in_folder`): its files here, not in `round_NN/`
+    @classmethod
+    def in_folder(cls, folder) -> RoundLayout:
+        "The round files of a stage run on its own into `folder` (a notebook's `out_dir` outside `ei run`)."
+        return cls(Path(folder), 0, Path(folder))
     @property
-    def dir(self) -> Path: return self.run_dir if self.r == FINAL else self.run_dir/f'round_{self.r:02d}'
+    def dir(self) -> Path:
+        if self.folder is not None: return self.folder
+        return self.run_dir if self.r == FINAL else self.run_dir/f'round_{self.r:02d}'
     def __truediv__(self, name) -> Path: return self.dir/name
     # 00b_conjecture (optional: first in a round when the config enables it)
     @property
-    def conjectures(self) -> Path: return self/'conjectures.jsonl'
+    def conjecture_prompts(self) -> Path: return self/'conjecture_prompts.jsonl'
+    @property
+    def conjecture_generations(self) -> Path: return self/'conjecture_generations.jsonl'
+    @property
+    def conjecture_candidates(self) -> Path: return self/'conjecture_candidates.jsonl'
+    @property
+    def conjecture_problems(self) -> Path: return self/'conjecture_problems.jsonl'
+    @property
+    def conjecture_samples(self) -> Path: return self/'conjecture_samples.jsonl'
     @property
     def conjecture_verdicts(self) -> Path: return self/'conjecture_verdicts.jsonl'
     @property
-    def conjecture_rows(self) -> Path: return self/'conjecture_rows.jsonl'
+    def conjectures(self) -> Path: return self/'conjectures.jsonl'
     @property
-    def conjecture_json(self) -> Path: return self/'conjecture.json'
+    def conjecture_rows(self) -> Path: return self/'conjecture_rows.jsonl'
     # 00_select
     @property
     def measurement(self) -> Path: return self/'measurement.jsonl'
     @property
     def selected(self) -> Path: return self/'selected.jsonl'
-    @property
-    def select_json(self) -> Path: return self/'select.json'
     # 01_sample_verify
     @property
     def samples(self) -> Path: return self/'samples.jsonl'
     @property
     def verdicts(self) -> Path: return self/'verdicts.jsonl'
     @property
-    def sample_verify_json(self) -> Path: return self/'sample_verify.json'
+    def sample_verify_png(self) -> Path: return self/'sample_verify.png'
     # 01c_correct (optional: after 01 when the config enables it)
+    @property
+    def correction_problems(self) -> Path: return self/'correction_problems.jsonl'
+    @property
+    def correction_samples(self) -> Path: return self/'correction_samples.jsonl'
     @property
     def correction_verdicts(self) -> Path: return self/'correction_verdicts.jsonl'
     @property
     def correction_rows(self) -> Path: return self/'correction_rows.jsonl'
-    @property
-    def correct_json(self) -> Path: return self/'correct.json'
     # 02_sft
     @property
     def sft_rows(self) -> Path: return self/'sft.jsonl'
-    @property
-    def sft_json(self) -> Path: return self/'sft.json'
     @property
     def adapter(self) -> Path: return self/'adapter'
     @property
@@ -103,16 +130,18 @@ class RoundLayout:
     def uplift_png(self) -> Path: return self/'uplift.png'
     # 04_eval
     @property
-    def eval_dir(self) -> Path: return self/'eval'
+    def eval(self) -> EvalLayout: return EvalLayout(self/'eval')
     @property
-    def eval_samples(self) -> Path: return self.eval_dir/'eval_samples.jsonl'
+    def eval_dir(self) -> Path: return self.eval.dir
     @property
-    def eval_verdicts(self) -> Path: return self.eval_dir/'eval_verdicts.jsonl'
+    def eval_samples(self) -> Path: return self.eval.samples
     @property
-    def eval_json(self) -> Path: return self.eval_dir/'eval.json'
-    # 05_stop_rule, the driver
+    def eval_verdicts(self) -> Path: return self.eval.verdicts
+    # 05_stop_rule, 06_report, the driver
     @property
     def decision(self) -> Path: return self/'decision.json'
+    @property
+    def figures(self) -> Path: return self/'figures'
     @property
     def manifest(self) -> Path: return self/'round_manifest.json'
     @property
@@ -123,15 +152,49 @@ class RoundLayout:
     def stage_json(self, stage:str) -> Path: return self.stages/f'{stage}.json'
     def notebook(self, stage:str) -> Path: return self/f'{stage}.ipynb'
     def artefacts(self) -> dict[str, Path]:
-        "The round's artefacts a manifest lists, by their name in the round folder."
-        ps = (self.conjectures, self.conjecture_verdicts, self.conjecture_rows, self.conjecture_json, self.measurement, self.selected, self.select_json, self.samples, self.verdicts, self.sample_verify_json,
-              self.correction_verdicts, self.correction_rows, self.correct_json, self.sft_rows,
-              self.sft_json, self.sft_logprobs, self.adapter, self.merged, self.model, self.uplift_json, self.uplift_png, self.eval_samples, self.eval_verdicts, self.eval_json, self.decision)
+        "The round's artefacts a manifest lists, by their name in the round folder: records, models, the decision, each stage's stage.json."
+        ps = (self.conjectures, self.conjecture_verdicts, self.conjecture_rows, self.measurement, self.selected, self.samples, self.verdicts,
+              self.correction_verdicts, self.correction_rows, self.sft_rows, self.sft_logprobs, self.adapter, self.merged, self.model,
+              self.uplift_json, self.uplift_png, self.eval_samples, self.eval_verdicts, self.decision,
+              *(self.stage_json(s) for s in (ROUND0_STAGES if self.r == 0 else ROUND_STAGES)))
         return {p.relative_to(self.dir).as_posix(): p for p in ps}
     def outputs(self, stage:str) -> list[Path]:
         "What `stage` writes in this round (what `--redo` moves aside), its stage.json included."
         root = self.run_dir if stage in ('demo', 'inputs') else self.dir
         return [root/n for n in OUTPUTS[stage]] + [self.stage_json(stage)]
+
+# %% ../nbs/layout.ipynb #a05b52ca
+@dataclass(frozen=True)
+class ConfirmLayout:
+    "The files of `RUN/confirm/`, the pre-registered test evaluation."
+    dir: Path
+    @property
+    def registration(self) -> Path: return self.dir/'registration.json'
+    @property
+    def problems(self) -> Path: return self.dir/'problems.jsonl'
+    @property
+    def record(self) -> Path: return self.dir/'record.json'
+    @property
+    def result(self) -> Path: return self.dir/'result.json'
+    @property
+    def lock(self) -> Path: return self.dir/'lock.json'
+    @property
+    def report(self) -> Path: return self.dir/'confirm_report.ipynb'
+    @property
+    def report_partial(self) -> Path: return self.dir/'.confirm_report.partial.ipynb'
+    @property
+    def scores_png(self) -> Path: return self.dir/'confirm_scores.png'
+    @property
+    def problems_png(self) -> Path: return self.dir/'confirm_problems.png'
+    @property
+    def history(self) -> Path: return self.dir/'history'
+    @property
+    def attempts(self) -> Path: return self.dir/'attempts'
+    def arm(self, arm:str) -> EvalLayout: return EvalLayout(self.dir/arm)
+    def arm_done(self, arm:str) -> Path: return self.dir/arm/'arm_done.json'
+    def attempt_files(self, arms) -> list[Path]:
+        "What one attempt wrote, moved to `attempts/NNN/` by a forced rerun: the arms, the result, the lock, the report and its figures."
+        return [*(self.dir/a for a in arms), self.result, self.lock, self.report, self.scores_png, self.problems_png]
 
 # %% ../nbs/layout.ipynb #3d8f65f8
 class RunLayout:
@@ -151,7 +214,9 @@ class RunLayout:
     @property
     def best(self) -> Path: return self.run_dir/'best'
     @property
-    def figures(self) -> Path: return self.run_dir/'figures'
+    def figures(self) -> Path: return self.final.figures
+    @property
+    def confirm(self) -> ConfirmLayout: return ConfirmLayout(self.run_dir/'confirm')
     @property
     def superseded(self) -> Path: return self.run_dir/'superseded'
     @property
@@ -194,22 +259,14 @@ class RunLayout:
         name = str(name).replace('{run_dir}', str(self.run_dir))
         return Path(name) if Path(name).is_absolute() else self.run_dir/name
 
-# %% ../nbs/layout.ipynb #4c89d1d6
-_FULL = 256 << 20
-
+# %% ../nbs/layout.ipynb #71aee008
 def digest(path) -> dict|None:
-    "`{'sha256', 'bytes'}` of a file (sampled above 256 MiB), `{'sha256', 'bytes', 'files'}` of a folder's listing; None if absent."
+    "`{'sha256', 'bytes'}` of a file, `{'sha256', 'bytes', 'files'}` of a folder (`content_hash`: every byte); None if absent."
     p = Path(path)
     if not p.exists(): return None
-    if p.is_dir():
-        files = sorted((q.relative_to(p).as_posix(), q.stat().st_size) for q in p.rglob('*') if q.is_file())
-        return {'sha256': sha256_json(files), 'bytes': sum(s for _, s in files), 'files': len(files)}
-    size = p.stat().st_size
-    if size <= _FULL: return {'sha256': sha256_file(p), 'bytes': size}
-    h = hashlib.sha256(str(size).encode())
-    with open(p, 'rb') as f:
-        h.update(f.read(1 << 20)); f.seek(size - (1 << 20)); h.update(f.read(1 << 20))
-    return {'sha256': h.hexdigest(), 'bytes': size, 'sampled': True}
+    if not p.is_dir(): return {'sha256': content_hash(p), 'bytes': p.stat().st_size}
+    sizes = [q.stat().st_size for q in p.rglob('*') if q.is_file()]
+    return {'sha256': content_hash(p), 'bytes': sum(sizes), 'files': len(sizes)}
 
 # %% ../nbs/layout.ipynb #c771ab22
 def _plain(v):
@@ -227,14 +284,13 @@ def write_stage_json(path, # where stage.json goes ('' or None: nowhere)
                      wall_s:float, # seconds the stage took
                      status:str='done', # done, or data_stop
                      reason:str|None=None, # the data-stop reason
-                     detail:dict|None=None, # the rest of its numbers (curves, counts by unit), after the headline
+                     detail:dict|None=None, # the rest of its numbers (timings, counts by kind, curves)
                     ) -> dict|None:
     "Write (atomically) and return the stage's account of itself."
     rec = {'stage': stage, 'status': status, 'reason': reason,
            'inputs': {k: {'path': str(v), **(digest(v) or {'missing': True})} for k, v in inputs.items() if v},
            'outputs': {k: {'path': str(v), **(digest(v) or {'missing': True})} for k, v in outputs.items() if v},
-           'params': _plain(params), 'headline': _plain(headline), **({'detail': _plain(detail)} if detail is not None else {}),
-           'wall_s': round(float(wall_s), 3),
+           'params': _plain(params), 'headline': _plain(headline), 'detail': _plain(detail or {}), 'wall_s': round(float(wall_s), 3),
            'finished': datetime.datetime.now().isoformat(timespec='seconds')}
     if path: atomic_write_json(path, rec)
     return rec
@@ -246,3 +302,8 @@ def read_stage_json(path) -> dict|None:
     except (OSError, ValueError) as e: raise BadInput(f'{path}: not a stage.json ({e})') from None
     if not isinstance(rec, dict) or 'stage' not in rec or 'headline' not in rec: raise BadInput(f'{path}: not a stage.json (no stage/headline)')
     return rec
+
+def stage_numbers(path) -> dict|None:
+    "A stage's numbers, headline and `detail` in one dict (the headline wins a shared key); None when it has not written stage.json."
+    rec = read_stage_json(path)
+    return None if rec is None else {**(rec.get('detail') or {}), **rec['headline']}

@@ -6,27 +6,14 @@
 from __future__ import annotations
 import datetime, json, os, re
 from pathlib import Path
-from .core import BadInput, StageFailed, atomic_write_json, sha256_file, sha256_json
+from .core import BadInput, StageFailed, atomic_write_json, sha256_json
 from .layout import FINAL, ROUND0_STAGES, ROUND_STAGES, RunLayout
 
 # %% auto #0
-__all__ = ['VOLATILE', 'SECTIONS', 'fingerprint', 'verdicts_fingerprint', 'chain_hash', 'check_params', 'check_marker',
-           'finished', 'record', 'where', 'step_order', 'parse_redo', 'existing_markers', 'redo']
+__all__ = ['VOLATILE', 'SECTIONS', 'verdicts_fingerprint', 'chain_hash', 'check_params', 'check_marker', 'finished', 'record',
+           'where', 'step_order', 'parse_redo', 'existing_markers', 'redo']
 
 # %% ../nbs/markers.ipynb #8790fd9b
-def fingerprint(path) -> str|None:
-    "Content fingerprint of a file or folder (None if absent)."
-    import hashlib
-    p = Path(path)
-    if not p.exists(): return None
-    if p.is_dir(): return sha256_json({q.relative_to(p).as_posix(): fingerprint(q) for q in sorted(p.rglob('*')) if q.is_file()})
-    size = p.stat().st_size
-    if size <= 256 << 20: return sha256_file(p)
-    h = hashlib.sha256(str(size).encode())
-    with open(p, 'rb') as f:
-        h.update(f.read(1 << 20)); f.seek(size - (1 << 20)); h.update(f.read(1 << 20))
-    return h.hexdigest()
-
 def verdicts_fingerprint(path) -> str|None:
     "Fingerprint of what selection reads from a verdict file: (name, sample_idx, verdict), in order; timings ignored."
     from ei_nb.core import iter_jsonl

@@ -5,14 +5,15 @@
 # %% ../nbs/06_report.ipynb #e6d8ea82
 from __future__ import annotations
 import numpy as np
-from .core import BadInput, read_problems
+from .core import BadInput, read_json, read_problems
 from .frames import read_frame
 
 # %% auto #0
 __all__ = ['mcnemar_p', 'solved_by_problem', 'mcnemar_table', 'mcnemar_power', 'min_detectable_effect', 'power_statement',
-           'mcnemar_files', 'mcnemar_cli', 'load_run', 'example_run', 'round_table', 'mcnemar_rows', 'training_table',
-           'conjecture_table', 'conjecture_examples', 'save_figure', 'plot_bands', 'plot_scores', 'plot_sft',
-           'plot_pass_at_k', 'plot_lengths', 'decision_text', 'solved_by_round', 'solved_summary', 'pool_pass_rates']
+           'mcnemar_files', 'mcnemar_cli', 'load_run', 'summaries_read', 'example_run', 'round_table', 'mcnemar_rows',
+           'training_table', 'conjecture_table', 'conjecture_examples', 'save_figure', 'plot_bands', 'plot_scores',
+           'plot_sft', 'plot_pass_at_k', 'plot_lengths', 'decision_text', 'solved_by_round', 'solved_summary',
+           'pool_pass_rates']
 
 # %% ../nbs/06_report.ipynb #5bd7e245
 def mcnemar_p(b:int, c:int) -> float:
@@ -111,9 +112,21 @@ def mcnemar_cli(argv):
 import json
 from pathlib import Path
 
-def _json(p, default=None):
-    try: return json.loads(Path(p).read_text())
-    except (OSError, ValueError): return default
+def _numbers(R, stage:str) -> dict|None:
+    "A stage's numbers from its `stage.json` (headline and detail), None when it did not run."
+    from ei_nb.layout import stage_numbers
+    return stage_numbers(R.stage_json(stage))
+
+def _round(L, r:int) -> dict:
+    "What the report reads of round `r`: its manifest, the numbers of its stages, its decision."
+    from ei_nb.layout import read_stage_json
+    R = L.round(r)
+    man = read_json(R.manifest, {}) or {}
+    meas = (man.get('paths') or {}).get('measurement_used')
+    return {'round': r, 'dir': R.dir, 'files': R, 'manifest': man, 'select': _numbers(R, '00_select'),
+            'select_params': (read_stage_json(R.stage_json('00_select')) or {}).get('params') or {},
+            'sft': _numbers(R, '02_sft'), 'correct': _numbers(R, '01c_correct'), 'eval': _numbers(R, '04_eval'),
+            'eval_dir': R.eval_dir, 'decision': read_json(R.decision), 'measurement': L.resolve(meas) if meas else None}
 
 def load_run(run_dir, # a run folder written by `ei run`
              upto_round:int=-1, # rounds 1..upto_round (-1: every round there is)
@@ -121,28 +134,29 @@ def load_run(run_dir, # a run folder written by `ei run`
     "What the report shows, read from the run's files (named by `RunLayout`): run info, the baseline, and one entry per round."
     from ei_nb.layout import RunLayout
     L = RunLayout(run_dir)
-    r0 = _json(L.manifest(0), {}) or {}
+    r0 = read_json(L.manifest(0), {}) or {}
     base = (r0.get('paths') or {}).get('baseline_eval_verdicts')
-    rounds = []
-    for r in L.rounds():
-        if r == 0 or (upto_round >= 0 and r > upto_round): continue
-        R = L.round(r)
-        man = _json(R.manifest, {}) or {}
-        meas = (man.get('paths') or {}).get('measurement_used')
-        rounds.append({'round': r, 'dir': R.dir, 'files': R, 'manifest': man, 'select': _json(R.select_json), 'sft': _json(R.sft_json),
-                       'eval': _json(R.eval_json), 'eval_dir': R.eval_dir, 'decision': _json(R.decision),
-                       'measurement': L.resolve(meas) if meas else None})
-    return {'run_dir': L.run_dir, 'layout': L, 'run': _json(L.run_json, {}) or {}, 'demo': _json(L.demo_json),
-            'round0': r0, 'baseline_verdicts': L.resolve(base) if base else L.round(0).eval_verdicts,
+    rounds = [_round(L, r) for r in L.rounds() if r != 0 and (upto_round < 0 or r <= upto_round)]
+    return {'run_dir': L.run_dir, 'layout': L, 'run': read_json(L.run_json, {}) or {}, 'demo': read_json(L.demo_json),
+            'round0': r0, 'eval0': _numbers(L.round(0), '04_eval'), 'baseline_verdicts': L.resolve(base) if base else L.round(0).eval_verdicts,
             'S_0': (r0.get('scores') or {}).get('S_0'), 'scored': L.scored, 'rounds': rounds}
+
+def summaries_read(run:dict) -> dict:
+    "The finished accounts the report rests on, by their name in the run: decisions and each stage's `stage.json` (which hash the files it plots)."
+    L = run['layout']   # round manifests are left out: the driver rewrites them as the run goes on, so their hash would not stay true
+    paths = [L.round(0).stage_json('04_eval')] + [p for r in run['rounds'] for p in
+             (r['files'].decision, *(r['files'].stage_json(s) for s in ('00b_conjecture', '00_select', '01c_correct', '02_sft', '04_eval')))]
+    return {L.relative(p): p for p in paths if p.exists()}
 
 # %% ../nbs/06_report.ipynb #f0939ef0
 def example_run(out_dir, n_problems:int=24, n:int=4, rounds:int=2, seed:int=0) -> Path:
     "Write a crafted two-round run folder (real miniF2F-valid names, random verdicts) for examples and tests."
     import numpy as np
     from ei_nb.core import atomic_write_json, iter_jsonl, shared_data, write_records
-    from ei_nb.layout import RunLayout
+    from ei_nb.layout import RunLayout, write_stage_json
     rng, L = np.random.default_rng(seed), RunLayout(out_dir)
+    def stage(R, name, outputs, params, headline, detail=None):   # a stage's one summary, as the stage would write it
+        write_stage_json(R.stage_json(name), name, {}, outputs, params, headline, 0.0, detail=detail)
     valid = [p for p in read_problems(shared_data('minif2f_dsp15.jsonl')) if p['split'] == 'valid']
     scored, pool = valid[:n_problems], valid[n_problems:n_problems + 30]
     write_records(L.scored, scored, 'problem'); write_records(L.pool, pool, 'problem')
@@ -157,7 +171,7 @@ def example_run(out_dir, n_problems:int=24, n:int=4, rounds:int=2, seed:int=0) -
         v = verdicts(scored, np.clip(skill + boost, 0, 1), rnd)
         write_records(R.eval_verdicts, v); write_records(R.eval_samples, samples(scored, rnd, 128))
         solved = len({x['name'] for x in v if x['verdict'] == 'pass'})
-        atomic_write_json(R.eval_json, {'solved': solved, 'n_problems': n_problems, 'n': n, 'capped_frac': 0.1, 'mean_tokens': 70.0})
+        stage(R, '04_eval', {'verdicts': R.eval_verdicts}, {'n': n}, {'solved': solved, 'n_problems': n_problems}, {'capped_frac': 0.1, 'mean_tokens': 70.0})
         return solved
     R0 = L.round(0)
     write_records(R0.verdicts, verdicts(pool, rng.uniform(0, 1, len(pool)), 0))
@@ -169,13 +183,13 @@ def example_run(out_dir, n_problems:int=24, n:int=4, rounds:int=2, seed:int=0) -
         mv = [x for _, x in iter_jsonl(meas)]
         sel = [p for p in pool if 0 < sum(x['verdict'] == 'pass' for x in mv if x['name'] == p['name']) < n][:8]
         write_records(R.selected, sel, 'problem')
-        atomic_write_json(R.select_json, {'selected': len(sel), 'in_band': len(sel), 'lo': 0.0, 'hi': 0.75, 'pool': len(pool),
-                                          'protected_removed': 0, 'zero': 5, 'above_band': 3, 'unmeasured': 0})
+        stage(R, '00_select', {'selected': R.selected}, {'lo': 0.0, 'hi': 0.75}, {'selected': len(sel), 'in_band': len(sel), 'pool': len(pool),
+                                                                               'protected_removed': 0, 'zero': 5, 'above_band': 3, 'unmeasured': 0})
         write_records(R.verdicts, verdicts(sel, rng.uniform(0.2, 0.9, len(sel)), r))
         write_records(R.samples, samples(sel, r, 320))
         losses = list(np.exp(-np.linspace(0, 2, 6)) * 2)
-        atomic_write_json(R.sft_json, {'data': {'rows': 2 * len(sel), 'problems_kept': len(sel)}, 'rows': 2 * len(sel), 'steps': 6,
-                                       'first_loss': losses[0], 'final_loss': losses[-1], 'losses': losses})
+        stage(R, '02_sft', {}, {}, {'rows': 2 * len(sel), 'steps': 6, 'first_loss': losses[0], 'final_loss': losses[-1]},
+              {'data': {'rows': 2 * len(sel), 'problems_kept': len(sel)}, 'losses': losses})
         S.append(eval_round(R, r, 0.05 * r))
         dec = {'stop': r == rounds, 'reason': 'budget' if r == rounds else None, 'best_round': int(np.argmax(S[1:])) + 1, 'scores': S[1:]}
         atomic_write_json(R.decision, dec)
@@ -188,7 +202,7 @@ def example_run(out_dir, n_problems:int=24, n:int=4, rounds:int=2, seed:int=0) -
 def round_table(run:dict) -> 'pd.DataFrame':
     "Per round: selected, in band, SFT rows and losses, S_r and its change, pass@1, capped fraction, the decision."
     import pandas as pd
-    ev0 = _json(run['layout'].round(0).eval_json, {}) or {}
+    ev0 = run['eval0'] or {}
     rows = [{'round': 0, 'S': run['S_0'], 'pass@1': (ev0.get('pass_at_k') or {}).get('1'), 'capped': ev0.get('capped_frac'),
              'note': 'baseline (base model)'}]
     for r in run['rounds']:
@@ -226,7 +240,7 @@ def training_table(run:dict) -> 'pd.DataFrame':
     import pandas as pd
     rows = []
     for r in run['rounds']:
-        sft, corr = r['sft'] or {}, _json(r['files'].correct_json) or {}
+        sft, corr = r['sft'] or {}, r['correct'] or {}
         data = sft.get('data') or {}
         n_rows, n_corr = data.get('rows'), data.get('correction_rows', 0)
         rows.append({'round': r['round'], 'objective': sft.get('objective', 'sft'), 'sft_rows': n_rows, 'correction_rows': n_corr,
@@ -244,7 +258,7 @@ def conjecture_table(run:dict) -> 'pd.DataFrame':
     from ei_nb.eta import count_lines
     rows, grown = [], 0
     for r in run['rounds']:
-        if (h := conjecture_counts(r['dir'])) is None: continue
+        if (h := conjecture_counts(r['files'].stage_json('00b_conjecture'))) is None: continue
         grown += h['kept'] or 0
         rows.append({'round': r['round'], **{k: h[k] for k in HEADLINE}, 'conjectures_in_pool': grown,
                      'pool_problems': (count_lines(run['layout'].pool) or 0) + grown})
@@ -281,7 +295,7 @@ def plot_bands(run:dict):
     for ax, r in zip(axes[0], rs):
         table = pass_rates(read_frame(r['measurement'], 'verdict', columns=['name', 'sample_idx', 'verdict']))
         sel = {json.loads(l)['name'] for l in r['files'].selected.read_text().splitlines() if l.strip()} if r['files'].selected.exists() else set()
-        lo, hi = r['select'].get('lo', 0.0), r['select'].get('hi', 0.75)
+        lo, hi = r['select_params'].get('lo', 0.0), r['select_params'].get('hi', 0.75)
         table['status'] = ['selected' if n in sel else 'in band' if lo < p <= hi else 'out of band' for n, p in zip(table['name'], table['pass_rate'])]
         plot_band(table, r['select'], lo, hi, ax=ax)
         ax.set_title(f"round {r['round']}: " + ax.get_title(), fontsize=8)

@@ -4,41 +4,21 @@
 
 # %% ../nbs/01_sample_verify.ipynb #0a41ac4a
 from __future__ import annotations
-import time
 from dataclasses import asdict
 from pathlib import Path
-from .core import POOL_CAP, BadInput, atomic_write_json, read_problems, read_samples, read_verdicts
-from .sample import SampleParams, make_sampler, open_verifier, run_pipeline, verifier_of
+from .core import POOL_CAP, BadInput, read_problems, read_samples, read_verdicts
+from .sample import SampleParams, verifier_of
+from .sample_job import sample_and_verify
 from .eval import problem_counts, plot_pass_counts
+from .layout import RoundLayout
 
 # %% auto #0
-__all__ = ['sample_and_verify', 'run_sample_verify']
-
-# %% ../nbs/01_sample_verify.ipynb #6bfac60c
-def sample_and_verify(problems:list[dict], # the problems to sample
-                      model_dir, # the model
-                      samples_path, verdicts_path, # where the records go
-                      params:SampleParams, # n, temperature, top_p, max_new_tokens, seed
-                      round_idx:int, # the `round` of the records
-                      sampler:str='transformers', sampler_options:dict|None=None,
-                      verifier=None, # `ei_nb.verify.VerifierSettings` (None: no verifier)
-                      prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5,
-                      prefill=None, # (samples, verdicts) of an earlier sampling to reuse
-                      settings:dict|None=None, # what a resume must not change (kept beside the samples)
-                      log=print, progress:bool|None=None) -> dict:
-    "Load the sampler, open the verifier and run the pipeline; its stats, with the load time in `timings`."
-    t0 = time.perf_counter()
-    smp = make_sampler(sampler, model_dir, **(sampler_options or {}))
-    load_s = time.perf_counter() - t0
-    with open_verifier(verifier) as ver:
-        stats = run_pipeline(problems, smp, samples_path, params, round_idx, ver, verdicts_path, prompt_style, chunk_problems,
-                             max_prompt_frac, prefill, settings=settings, log=log, progress=progress)
-    return stats | {'timings': {'load_s': round(load_s, 3), **stats['timings']}}
+__all__ = ['run_sample_verify']
 
 # %% ../nbs/01_sample_verify.ipynb #24a61b21
 def run_sample_verify(problems_path, # the selected problems (selected.jsonl)
                       model_dir, # the round's input model
-                      out_dir, # the round folder: samples.jsonl, verdicts.jsonl, sample_verify.json, sample_verify.png
+                      out_dir, # the round folder: samples.jsonl, verdicts.jsonl, sample_verify.png (`RoundLayout` names them)
                       round_idx:int=1, n:int=8, max_new_tokens:int=POOL_CAP, temperature:float=1.0, top_p:float=0.95, seed:int=0,
                       sampler:str='transformers', sampler_options:dict|None=None,
                       verify_backend:str='none', lean_project=None, workers:int|None=None, timeout:float=300,
@@ -47,14 +27,14 @@ def run_sample_verify(problems_path, # the selected problems (selected.jsonl)
                       seed_samples_path=None, seed_verdicts_path=None, # an earlier sampling of this model to reuse
                       known_proofs=None, # the known-proof file of the `known` back-end
                       log=print, progress:bool|None=None) -> dict:
-    "Sample and verify the selected problems into `out_dir`; returns what `sample_verify.json` holds."
+    "Sample and verify the selected problems into `out_dir`; returns the counts and timings (the stage's `stage.json` numbers)."
     if bool(seed_samples_path) != bool(seed_verdicts_path): raise BadInput('seed samples and seed verdicts go together')
     prefill = (read_samples(seed_samples_path), read_verdicts(seed_verdicts_path)) if seed_samples_path else None
-    problems, out_dir = read_problems(problems_path), Path(out_dir)
+    problems, R = read_problems(problems_path), RoundLayout.in_folder(out_dir)
     params = SampleParams(n, temperature, top_p, max_new_tokens, seed)
     verifier = {'verify_backend': verify_backend, 'lean_project': str(lean_project) if lean_project else None,
                 'timeout': timeout, 'policy': policy}
-    stats = sample_and_verify(problems, model_dir, out_dir/'samples.jsonl', out_dir/'verdicts.jsonl', params, round_idx, sampler,
+    stats = sample_and_verify(problems, model_dir, R.samples, R.verdicts, params, round_idx, sampler,
                               sampler_options, verifier_of(verify_backend, lean_project, workers, timeout, endpoints, policy, cache_dir,
                                                            known_proofs),
                               prompt_style, chunk_problems, max_prompt_frac, prefill,
@@ -62,10 +42,9 @@ def run_sample_verify(problems_path, # the selected problems (selected.jsonl)
                               log=log, progress=progress)
     import pandas as pd
     from matplotlib.figure import Figure
-    verdicts = read_verdicts(out_dir/'verdicts.jsonl', False)
+    verdicts = read_verdicts(R.verdicts, False)
     counts = problem_counts(pd.DataFrame(verdicts, columns=['name', 'sample_idx', 'verdict']))
     result = stats | {'problems_with_pass': int((counts['c'] > 0).sum()), 'sampler': sampler, **asdict(params), **verifier}
     fig = Figure(figsize=(5, 3.2)); plot_pass_counts(fig.subplots(), verdicts, n)
-    fig.tight_layout(); fig.savefig(out_dir/'sample_verify.png', dpi=100)
-    atomic_write_json(out_dir/'sample_verify.json', result)
+    fig.tight_layout(); fig.savefig(R.sample_verify_png, dpi=100)
     return result

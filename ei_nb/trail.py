@@ -13,8 +13,8 @@ from .core import BadInput, atomic_write_text
 __all__ = ['RUNNER_HEADING', 'LIBRARY_TAG', 'SUMMARY_TAG', 'PARAMETER_TAGS', 'EXAMPLE_LABEL', 'runner_index', 'library_cells',
            'tag_library_cells', 'reuse_note', 'summary_markdown', 'strip_noise', 'label_examples',
            'strip_papermill_copy', 'audit_copy', 'notebook_html', 'rounds_table', 'index_html', 'run_pages',
-           'stage_summary', 'render_page', 'render_run', 'report_cli', 'stage_sequence', 'notebook_links',
-           'annotate_executed']
+           'stage_summary', 'render_page', 'latest_figures', 'render_run', 'report_cli', 'stage_sequence',
+           'notebook_links', 'annotate_executed']
 
 # %% ../nbs/trail.ipynb #04f8c4bc
 RUNNER_HEADING = '## Run the stage'   # the heading that opens the runner section of every stage notebook
@@ -70,6 +70,12 @@ def _inline(d:dict) -> str:
     "Many short values on a few lines, not a row each: `k` = v · ..."
     return ' · '.join(f'{k} = {_value(v)}' for k, v in d.items()) if d else '(none)'
 
+def _ends(v, keep:int=3):
+    "A long list by its first and last `keep` items and how many lie between (a loss curve of 600 steps is not read whole)."
+    if isinstance(v, dict): return {k: _ends(x, keep) for k, x in v.items()}
+    if isinstance(v, list) and len(v) > 2 * keep + 1: return [*v[:keep], f'... {len(v) - 2 * keep} more ...', *v[-keep:]]
+    return v
+
 def _links(links:dict) -> str:
     return ' · '.join(f'[{label}]({href})' for label, href in links.items() if href)
 
@@ -88,6 +94,7 @@ def summary_markdown(stage:dict, # the stage's `stage.json`
     head = f"## Summary of `{stage.get('stage', '?')}`" + (f" — round {stage['round']}" if 'round' in stage else '')
     parts = [head, f"Wall time: {wall:,.1f} s." if isinstance(wall, (int, float)) else '',
              _links(links or {}), reuse_note(stage), '### Headline numbers', _table(stage.get('headline') or {}),
+             '### Other numbers' if stage.get('detail') else '', _inline(_ends(stage['detail'])) if stage.get('detail') else '',
              '### Inputs', _bullets(stage.get('inputs') or {}), '### Outputs', _bullets(stage.get('outputs') or {}),
              '### Parameters in force', _inline(stage.get('params') or {})]
     return '\n\n'.join(p for p in parts if p)
@@ -268,6 +275,13 @@ def _decision(run_dir) -> str:
     from ei_nb.report import decision_text, load_run
     return decision_text(load_run(run_dir))
 
+def latest_figures(lay) -> Path:
+    "The figures of the newest report: the final report's, else those of the last round that has a report."
+    from ei_nb.layout import FINAL
+    for r in [FINAL, *reversed(lay.rounds())]:
+        if lay.round(r).figures.is_dir(): return lay.round(r).figures
+    return lay.figures
+
 def render_run(run_dir, # a run folder written by `ei run`
               ) -> Path:
     "Render every stage page of a run and its `index.html`; the index's path."
@@ -282,7 +296,7 @@ def render_run(run_dir, # a run folder written by `ei run`
              'pages': {p['stage']: _relative(p['page'], index) for p in pages if p['round'] == r}} for r in lay.rounds()]
     final = [p for p in pages if p['round'] not in lay.rounds()]
     if final: rows.append({'round': 'final', 'S': None, 'decision': '', 'pages': {p['stage']: _relative(p['page'], index) for p in final}})
-    figures = sorted(lay.figures.glob('*.png')) if lay.figures.is_dir() else []
+    figures = sorted(latest_figures(lay).glob('*.png'))
     atomic_write_text(index, index_html(f'ei_nb run: {lay.run_dir.name}', _decision(run_dir), rows, figures))
     return index
 

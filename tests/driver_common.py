@@ -51,10 +51,11 @@ def artefacts(run_dir) -> dict:
         out[f'round_00/{name}'] = _records(Path(run_dir)/'round_00'/name)
     for name in ('selected.jsonl', 'samples.jsonl', 'verdicts.jsonl', 'sft.jsonl', 'eval/eval_samples.jsonl', 'eval/eval_verdicts.jsonl'):
         out[name] = _records(d/name)
-    for name in ('select.json', 'decision.json'): out[name] = _h(d/name)
+    out['decision.json'] = _h(d/'decision.json')
+    out['select'] = json.loads((d/'stages'/'00_select.json').read_text())['headline']
     for sub in ('merged', 'model'):
         for f in sorted((d/sub).glob('*.safetensors')): out[f'{sub}/{f.name}'] = _h(f)
-    ev = json.loads((d/'eval'/'eval.json').read_text())
+    ev = json.loads((d/'stages'/'04_eval.json').read_text())['headline']
     out['eval'] = (ev['solved'], ev['pass_at_k'])
     for m in sorted(Path(run_dir).glob('**/stages/*.done')):
         if 'superseded' not in m.parts: out[str(m.relative_to(run_dir))] = json.loads(m.read_text())['chain']

@@ -322,7 +322,7 @@ def test_ei_debug_adds_traceback(work):
 
 # ---------------------------------------------------------------- confirm registration
 def test_confirm_status_detects_edited_registration(tmp_path):
-    from ei_nb.confirm import synthetic_confirmation
+    from tests.confirm_doubles import synthetic_confirmation
     from ei_nb.core import atomic_write_json
     cdir = synthetic_confirmation(tmp_path/'run', n_problems=4, n=4)
     ok = ei('confirm', 'status', '--run-dir', tmp_path/'run')

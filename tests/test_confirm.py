@@ -7,8 +7,9 @@ import pytest
 from ei_nb.cli import main
 from ei_nb.core import BadInput, StageFailed, jsonl_bytes, atomic_write_bytes, shared_data, sha256_file
 from ei_nb import confirm as cf
-
-SYN = 'ei_nb.confirm:synthetic_runner'
+from ei_nb.layout import RunLayout, stage_numbers
+from tests import confirm_doubles as doubles
+from tests.confirm_doubles import RUNNER as SYN
 
 
 def _flip(path, at=100):
@@ -19,7 +20,7 @@ def _flip(path, at=100):
 def setup(tmp_path):
     "A run folder with two synthetic models and a 10-problem test subset; returns (run_dir, register kwargs)."
     run = tmp_path/'run'
-    m, b = cf.synthetic_model(tmp_path/'m', 0.45), cf.synthetic_model(tmp_path/'b', 0.25, seed=1)
+    m, b = doubles.synthetic_model(tmp_path/'m', 0.45), doubles.synthetic_model(tmp_path/'b', 0.25, seed=1)
     sub = tmp_path/'sub.jsonl'
     atomic_write_bytes(sub, jsonl_bytes(cf.load_test_problems()[0][:10]))
     return run, dict(model=m, baseline_model=b, n=4, max_new_tokens=16, problems=sub, runner=SYN)
@@ -106,7 +107,7 @@ def test_changed_registration_refused_once_samples_exist(setup):
     cf.register(run, **{**kw, 'seed': 3})                                  # before any sample: allowed, old one kept
     assert len(list((run/'confirm'/'history').glob('registration_*.json'))) == 1
     with pytest.raises(KeyboardInterrupt):
-        cf.run_confirmation(run, runner=functools.partial(cf.synthetic_runner, _interrupt_after=2), report=False)
+        cf.run_confirmation(run, runner=functools.partial(doubles.synthetic_runner, _interrupt_after=2), report=False)
     with pytest.raises(StageFailed, match='test samples already exist'): cf.register(run, **{**kw, 'seed': 4})
 
 
@@ -141,7 +142,7 @@ def test_resumed_confirmation_equals_uninterrupted(tmp_path, setup):
     cf.run_confirmation(run, report=False)
     for k in (3, 7):   # 3 of 10 problems of the model arm; then its other 7 and 7 of the baseline arm
         with pytest.raises(KeyboardInterrupt):
-            cf.run_confirmation(other, runner=functools.partial(cf.synthetic_runner, _interrupt_after=k), report=False)
+            cf.run_confirmation(other, runner=functools.partial(doubles.synthetic_runner, _interrupt_after=k), report=False)
     assert (other/'confirm'/'model'/'arm_done.json').exists() and not (other/'confirm'/'baseline'/'arm_done.json').exists()
     cf.run_confirmation(other, report=False)
     for arm in cf.ARMS:
@@ -156,7 +157,7 @@ def test_resumed_confirmation_equals_uninterrupted(tmp_path, setup):
 def test_baseline_from_an_earlier_confirmation(tmp_path, setup):
     run, kw = setup
     cf.register(run, **kw); cf.run_confirmation(run, report=False)
-    new = cf.synthetic_model(tmp_path/'m2', 0.5, seed=2)
+    new = doubles.synthetic_model(tmp_path/'m2', 0.5, seed=2)
     with pytest.raises(BadInput, match='different settings: n'):
         cf.register(tmp_path/'r2', **{**kw, 'model': new, 'n': 8, 'baseline_from': run})
     cf.register(tmp_path/'r2', **{**kw, 'model': new, 'baseline_from': run})
@@ -172,7 +173,7 @@ def test_baseline_from_an_earlier_confirmation(tmp_path, setup):
 
 @pytest.mark.slow
 def test_report_renders_from_files_alone(tmp_path):
-    cd = cf.synthetic_confirmation(tmp_path/'run', n_problems=12, n=8)
+    cd = doubles.synthetic_confirmation(tmp_path/'run', n_problems=12, n=8)
     moved = tmp_path/'elsewhere'/'confirm'
     shutil.copytree(cd, moved)
     shutil.rmtree(tmp_path/'run')                                      # no models, no source problems file: files only
@@ -210,7 +211,7 @@ def test_tiny_model_confirmation_with_run_eval(tmp_path, tiny_pair):
     out = cf.run_confirmation(tmp_path/'run', report=False)
     assert out['n_problems'] == 3 and out['status'] == 'confirmed'
     assert (out['model_solved'], out['baseline_solved'], out['outcome']) == (0, 0, 'not supported')   # nothing verified
-    ev = json.loads((tmp_path/'run'/'confirm'/'model'/'eval.json').read_text())
+    ev = stage_numbers(RunLayout(tmp_path/'run').confirm.arm('model').stage_json)     # the arm's one summary, named by the layout
     assert ev['allow_test_selection'] and ev['sampler']['max_new_tokens'] == 8 and ev['n_samples'] == 6
 
 
@@ -218,3 +219,18 @@ def _stop_before_baseline(problems, model_dir, out_dir, **kw):
     from ei_nb.eval import run_eval
     if Path(out_dir).name == 'baseline': raise KeyboardInterrupt('stop')
     return run_eval(problems, model_dir, out_dir, **kw)
+
+
+def test_every_file_of_a_confirmation_is_named_by_the_layout(tmp_path):
+    "After a run and a forced rerun, each file in RUN/confirm/ is one `ConfirmLayout` names (arms: `EvalLayout`)."
+    cd = doubles.synthetic_confirmation(tmp_path/'run', n_problems=4, n=4)
+    cf.run_confirmation(tmp_path/'run', force_rerun=True, reason='layout test', report=False)   # attempt 1 moves to attempts/001/
+    C = RunLayout(tmp_path/'run').confirm
+    named = {C.registration, C.problems, C.record, C.result, C.lock, C.report, C.scores_png, C.problems_png,
+             *(p for a in cf.ARMS for p in (C.arm(a).samples, C.arm(a).verdicts, C.arm(a).stage_json, C.arm_done(a)))}
+    for f in cd.rglob('*'):
+        if not f.is_file() or f.name.endswith('.settings.json'): continue
+        rel = f.relative_to(cd)
+        if rel.parts[0] == 'attempts': f = cd/Path(*rel.parts[2:])     # an attempt keeps the names of the files it moved
+        assert f in named, f'{rel} is not named by ConfirmLayout'
+    assert (C.attempts/'001'/'model'/'stage.json').exists()             # the arm's summary moved with its attempt

@@ -225,7 +225,7 @@ def test_sigkill_inside_the_stage_then_rerun_gives_identical_files(tiny, tmp_pat
     import signal, subprocess, time
     from ei_nb.core import iter_jsonl
     kw = dict(extra=5, max_per_problem=6, chunk_problems=1)
-    correct(tiny, tmp_path/'a', tmp_path/'a'/'out', **kw)
+    a = correct(tiny, tmp_path/'a', tmp_path/'a'/'out', **kw)
     (tmp_path/'b').mkdir()
     child = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r}); from pathlib import Path; "
              f"import tests.test_corrections as T; T.correct(Path({str(tiny)!r}), Path({str(tmp_path/'b')!r}), "
@@ -236,11 +236,10 @@ def test_sigkill_inside_the_stage_then_rerun_gives_identical_files(tiny, tmp_pat
         assert proc.poll() is None, proc.stderr.read()[-2000:]
         assert time.time() - t0 < 120; time.sleep(0.05)
     proc.send_signal(signal.SIGKILL); proc.wait()
-    assert not (tmp_path/'b'/'out'/'correct.json').exists()                   # killed inside the stage
-    correct(tiny, tmp_path/'b', tmp_path/'b'/'out', **kw)
+    assert not (tmp_path/'b'/'out'/'correction_rows.jsonl').exists()          # killed inside the stage (the rows come last)
+    b = correct(tiny, tmp_path/'b', tmp_path/'b'/'out', **kw)
     for f in ('correction_problems.jsonl', 'correction_samples.jsonl', 'correction_verdicts.jsonl', 'correction_rows.jsonl'):
         rows = lambda d: [{k: v for k, v in r.items() if k != 'verify_s'} for _, r in iter_jsonl(tmp_path/d/'out'/f)]
         assert rows('a') == rows('b'), f
-    a, b = (json.loads((tmp_path/d/'out'/'correct.json').read_text()) for d in 'ab')
     same = lambda r: {k: v for k, v in r.items() if k not in ('timings', 'n_generated')}   # the rerun generated only what was missing
     assert same(a) == same(b) and b['n_generated'] < a['n_generated']

@@ -30,7 +30,8 @@ def test_every_stage_writes_its_stage_json(reference):
         rec = read_stage_json(L.round(1).stage_json(stage))
         assert rec and rec['stage'] == stage and rec['status'] == 'done' and rec['wall_s'] > 0, stage
     ev = read_stage_json(L.round(1).stage_json('04_eval'))
-    assert ev['headline']['solved'] == json.loads(L.round(1).eval_json.read_text())['solved']
+    assert ev['headline']['solved'] == len({v['name'] for _, v in iter_jsonl(L.round(1).eval_verdicts) if v['verdict'] == 'pass'})
+    assert not L.round(1).eval.stage_json.exists() and not (L.round(1).dir/'select.json').exists()   # one summary per stage: stages/
     assert ev['outputs']['verdicts']['sha256'] == _h(L.round(1).eval_verdicts)
     assert read_stage_json(L.round(1).stage_json('05_stop_rule'))['headline'] == json.loads(L.round(1).decision.read_text())
     assert read_stage_json(L.round(0).stage_json('01_sample_verify'))['params']['data_rule'] is False   # no data rule on the pool measurement
@@ -41,7 +42,7 @@ def test_finished_run_is_skipped_entirely(reference, tmp_path):
     assert p.returncode == 0 and executed(p.stderr) == [], p.stderr[-2000:]
     summary = json.loads(p.stdout.strip().splitlines()[-1])
     assert summary['decision']['reason'] == 'budget'
-    S1 = json.loads((run/'round_01'/'eval'/'eval.json').read_text())['solved']
+    S1 = json.loads((run/'round_01'/'stages'/'04_eval.json').read_text())['headline']['solved']
     best = 1 if S1 > summary['S_0'] else 0                            # the base is a candidate and wins ties
     assert summary['best_round'] == best
     assert Path(summary['best']).resolve() == (run/'round_01'/'model' if best else run/'demo'/'model').resolve()
@@ -153,3 +154,19 @@ def test_data_stop_exits_4_with_a_decision_and_a_report(reference, tmp_path):
     assert json.loads((run/'round_01'/'stages'/'00_select.done').read_text())['status'] == 'data_stop'
     p = ei(run, '--set', 'select.hi=0.01')                           # a rerun reaches the same end without running anything
     assert p.returncode == 4 and executed(p.stderr) == []
+
+def test_every_stage_json_stays_true_after_the_run(reference):
+    """Each hash a finished stage.json gives its inputs and outputs is still the file's content hash once the whole run is done:
+    no later stage (a later round's report included) overwrites a file an earlier account hashed (issue 28, part 4)."""
+    from ei_nb.core import content_hash
+    from ei_nb.layout import RunLayout
+    L, checked = RunLayout(reference), 0
+    for sj in sorted(reference.rglob('stages/*.json')):
+        if 'superseded' in sj.parts: continue
+        rec = json.loads(sj.read_text())
+        for kind in ('inputs', 'outputs'):
+            for name, f in rec[kind].items():
+                if 'sha256' not in f: continue
+                assert content_hash(L.resolve(f['path']), cache=False) == f['sha256'], f"{sj.relative_to(reference)}: {kind} {name} changed later"
+                checked += 1
+    assert checked > 20 and (reference/'round_01'/'figures').is_dir() and (reference/'figures').is_dir()   # one figures folder per report

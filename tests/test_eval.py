@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 from ei_nb import eval as E
 from ei_nb.cli import main
-from ei_nb.core import read_problems, read_samples, read_verdicts, shared_data, write_records
+from ei_nb.core import read_problems, read_samples, read_verdicts, sha256_file, shared_data, write_records
+from ei_nb.layout import EvalLayout, read_stage_json, stage_numbers
 from ei_nb.sample import DelayVerifier
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +36,11 @@ def test_ei_eval_end_to_end(model_dir, valid_file, tmp_path, capsys):
                '--n', '2', '--max-new-tokens', '16'])
     assert rc == 0
     printed = last_json(capsys.readouterr().out)
-    assert printed == json.loads((tmp_path / 'eval.json').read_text())
+    rec = read_stage_json(EvalLayout(tmp_path).stage_json)                # its one summary, named by the layout
+    assert stage_numbers(EvalLayout(tmp_path).stage_json) == json.loads(json.dumps(printed)) | {'work': 16}
+    assert rec['stage'] == '04_eval' and rec["inputs"]["problems"]["sha256"] == sha256_file(valid_file)
+    assert set(rec['outputs']) == {'samples', 'verdicts', 'plot'} and rec['params']['max_new_tokens'] == 16
+    assert not (tmp_path / 'eval.json').exists()
     assert (printed['solved'], printed['n_problems'], set(printed['pass_at_k'])) == (0, 8, {'1', '2'})
     assert printed['n_samples'] == 16 and 0 <= printed['capped_frac'] <= 1 and printed['mean_tokens'] <= 16
     assert printed['sampler']['max_new_tokens'] == 16 and printed['verifier']['backend'] == 'none'
@@ -61,8 +66,8 @@ def test_scores_passes_from_the_verifier(model_dir, valid_file, tmp_path, monkey
     "A verifier that passes sample 0 of the first two problems: S = 2, pass@1 and pass@n from the counts."
     first = [p['name'] for p in read_problems(valid_file)[:2]]
     fake = DelayVerifier(verdict_fn=lambda p, s: 'pass' if p['name'] in first and s['sample_idx'] == 0 else 'fail')
-    import ei_nb.sample_verify as SV                                 # the evaluation samples and verifies through the stage's one path
-    monkeypatch.setattr(SV, 'open_verifier', lambda *a, **k: fake)
+    import ei_nb.sample_job as SJ                                    # the evaluation samples and verifies through the one sampling job
+    monkeypatch.setattr(SJ, 'open_verifier', lambda *a, **k: fake)
     r = E.run_eval(valid_file, model_dir, tmp_path, n=4, max_new_tokens=8, verify_backend='repl', log=lambda *a: None)
     assert (r['solved'], r['n_problems']) == (2, 8)
     assert r['pass_at_k'] == pytest.approx({'1': 2 / 32, '4': 2 / 8})
@@ -98,6 +103,6 @@ def test_stage_notebook_runs_under_papermill(model_dir, valid_file, tmp_path):
                         parameters=dict(problems_path=str(valid_file), model_dir=str(model_dir), out_dir=str(tmp_path / 'eval'),
                                         n=2, max_new_tokens=8, round_idx=3),
                         progress_bar=False, cwd=str(ROOT / 'nbs'))
-    r = json.loads((tmp_path / 'eval' / 'eval.json').read_text())
+    r = stage_numbers(tmp_path / 'eval' / 'stage.json')                   # no stage_json given: beside the records
     assert (r['n_problems'], r['n_samples'], r['round']) == (8, 16, 3)
     assert {s['round'] for s in read_samples(tmp_path / 'eval' / 'eval_samples.jsonl')} == {3}

@@ -200,8 +200,8 @@ def test_stage_function_reuses_seed_sampling(model_dir, problems, tmp_path):
                           seed_verdicts_path=tmp_path / 'r0' / 'verdicts.jsonl', **kw)
     assert (a['n_generated'], b['n_generated'], b['n_prefilled_problems']) == (6, 0, 3)
     assert [s['completion'] for s in read_samples(tmp_path / 'r1' / 'samples.jsonl')] == [s['completion'] for s in read_samples(tmp_path / 'r0' / 'samples.jsonl')]
-    summary = json.loads((tmp_path / 'r1' / 'sample_verify.json').read_text())
-    assert {'wall_s', 'generation_s', 'verification_s', 'overlap_efficiency'} <= set(summary['timings'])
+    assert {'wall_s', 'generation_s', 'verification_s', 'overlap_efficiency'} <= set(b['timings'])   # what the stage's stage.json records
+    assert not (tmp_path / 'r1' / 'sample_verify.json').exists()
     assert (tmp_path / 'r1' / 'sample_verify.png').stat().st_size > 0
 
 
@@ -216,4 +216,6 @@ def test_stage_notebook_runs_under_papermill(model_dir, problems, tmp_path):
                                         round_idx=2, n=3, max_new_tokens=8))
     out = tmp_path / 'round_02'
     assert {s['round'] for s in read_samples(out / 'samples.jsonl')} == {2} and len(read_verdicts(out / 'verdicts.jsonl')) == 12
-    assert json.loads((out / 'sample_verify.json').read_text())['n_samples'] == 12
+    from ei_nb.layout import read_stage_json
+    rec = read_stage_json(out / 'stage.json')                         # no stage_json given: the one summary in out_dir
+    assert rec['headline']['n_samples'] == 12 and rec['detail']['n'] == 3 and set(rec['outputs']) == {'samples', 'verdicts', 'plot'}

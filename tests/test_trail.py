@@ -106,11 +106,12 @@ def test_pages_show_every_figure_as_an_image_and_no_example_data(tmp_path):
     "Rendered pages: each PNG output of the shown cells is an <img>; no library output (example data) is on a page."
     import re, shutil
     import nbformat
-    from ei_nb.trail import EXAMPLE_LABEL, render_run, run_pages
+    from ei_nb.layout import RunLayout
+    from ei_nb.trail import EXAMPLE_LABEL, latest_figures, render_run, run_pages
     run = tmp_path / 'run'
     shutil.copytree(EXAMPLE_RUN, run)
     index = render_run(run)
-    assert index.read_text(encoding='utf-8').count('<img ') == len(list((run / 'figures').glob('*.png'))) > 0
+    assert index.read_text(encoding='utf-8').count('<img ') == len(list(latest_figures(RunLayout(run)).glob('*.png'))) > 0
     for p in run_pages(run):
         text = p['page'].read_text(encoding='utf-8')
         nb = nbformat.read(p['notebook'], as_version=4)
