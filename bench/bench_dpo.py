@@ -64,7 +64,7 @@ def child(mode: str, model: str, data: str, out: str, batch: int) -> dict:
 
 def project(config: str, pair_over_row: float) -> dict:
     "02's seconds at the reference setting of `config`: SFT by the ETA model, DPO by `pair_over_row` x an SFT row-epoch."
-    from ei_nb.driver import load_config
+    from ei_nb.config import load_config
     from ei_nb.eta import model_seconds, stage_work
     cfg = load_config(config, warn=lambda *a: None)
     st, e, P = cfg['stages']['02_sft'], cfg['eta'], cfg['stages']['00_select']['max_problems']

@@ -52,7 +52,7 @@ def score(model_dir, tok, rows):
 
 def projection(config: Path, P: int = 300) -> dict:
     "07_sharpen against 02_sft by the ETA's compute model on `config` (the diagnostic switched on), per cap and scoring speed-up."
-    from ei_nb.driver import load_config
+    from ei_nb.config import load_config
     from ei_nb.eta import model_seconds, stage_work
     out = {'config': str(config), 'P': P}
     for cap in (400, 0):

@@ -5,6 +5,7 @@
 # %% ../nbs/cli.ipynb #b2d2ae11
 from __future__ import annotations
 import sys, json, importlib, argparse, os, signal, gc, contextlib
+from . import __version__
 from .core import EiError
 
 # %% auto #0
@@ -23,7 +24,7 @@ COMMANDS = {
     'stats':    ('ei_nb.eval:stats_cli',           'solved@n and pass@k of a verdict file (04_eval)'),
     'stop':     ('ei_nb.stop_rule:stop_cli',       'the pre-registered stop rule (05_stop_rule)'),
     'mcnemar':  ('ei_nb.report:mcnemar_cli',       'exact McNemar test of two verdict files (06_report)'),
-    'run':      ('ei_nb.driver:run_cli',           'run expert-iteration rounds with papermill'),
+    'run':      ('ei_nb.run_command:run_cli',      'run expert-iteration rounds with papermill'),
     'confirm':  ('ei_nb.confirm:confirm_cli',      'pre-registered confirmatory test evaluation'),
     'tiny':     ('ei_nb.tiny:tiny_cli',            'build a tiny random Qwen3 model for CPU demos and tests'),
     'setup-lean': ('ei_nb.setup_lean:setup_lean_cli', 'install or check Lean 4.9.0-rc1, the reference Mathlib and the REPL'),
@@ -56,7 +57,8 @@ def parser(prog:str, description:str='') -> argparse.ArgumentParser:
     return argparse.ArgumentParser(prog=f'ei {prog}', description=description)
 
 def _usage() -> str:
-    return 'usage: ei COMMAND [ARGS]\n\ncommands:\n' + '\n'.join(f'  {k:<10} {d}' for k,(_,d) in COMMANDS.items())
+    return ('usage: ei COMMAND [ARGS]   (ei --version: the package version)\n\ncommands:\n'
+            + '\n'.join(f'  {k:<10} {d}' for k,(_,d) in COMMANDS.items()))
 
 _COUNTING = {'select', 'stats'}   # commands that read and count and never multiply matrices
 
@@ -64,6 +66,7 @@ def main(argv:list[str]|None=None) -> int:
     "Entry point of the `ei` console script."
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ('-h', '--help'): say(_usage()); return 0 if argv else 2
+    if argv[0] in ('-V', '--version'): print(f'ei_nb {__version__}'); return 0
     if argv[0] not in COMMANDS: say(f'ei: unknown command {argv[0]!r}\n\n{_usage()}'); return 2
     if argv[0] in _COUNTING: os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')   # set before numpy loads: its idle BLAS threads would only take CPU from the scanner's
     try: result = resolve(argv[0])(argv[1:])

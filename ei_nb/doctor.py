@@ -7,6 +7,9 @@ from __future__ import annotations
 import json, os, shutil, subprocess, sys, time
 from pathlib import Path
 from .core import BadInput, StageFailed, read_problems, statement_key
+from .config import resolve_paths, verifier_params
+from .inputs import check_scored, clean_pool
+from .stage_process import require_kernel
 
 # %% auto #0
 __all__ = ['STATUSES', 'VLLM_RANGE', 'CHECKS', 'row', 'Context', 'repl_command', 'check_server', 'check_lean', 'model_files',
@@ -30,11 +33,10 @@ def _version_tuple(v:str) -> tuple:
 class Context:
     "The configuration, its expanded paths, and the verifier and samplers a run would use."
     def __init__(self, cfg:dict, run_dir=None):
-        from ei_nb.driver import Run
         self.cfg = cfg
-        self.run = Run(cfg, run_dir or Path('runs')/(cfg['run']['name'] or 'run'), log=lambda *a: None)
-        self.paths, self.run_dir = self.run.paths, self.run.run_dir
-        self.verifier = self.run.verifier_params()
+        self.run_dir = Path(run_dir or Path('runs')/(cfg['run']['name'] or 'run')).resolve()
+        self.paths = resolve_paths(cfg, self.run_dir)
+        self.verifier = verifier_params(cfg, self.paths, self.run_dir)
         st = cfg['stages']
         self.samplers = {st[s]['sampler'] for s in ('01_sample_verify', '04_eval') if 'sampler' in st.get(s, {})}
 
@@ -238,7 +240,6 @@ def _problems(ctx:Context, key:str, rows:list, fix:str):
 
 def check_problems(ctx:Context) -> list[dict]:
     "Pool, scored and protected files valid; the scored set and the pool disjoint from the protected set."
-    from ei_nb.driver import check_scored, clean_pool
     rows, p = [], ctx.paths
     prot = ' '.join(f'--protected {f}' for f in p['protected']) or '--protected MINIF2F.jsonl'
     pool = _problems(ctx, 'pool', rows, f"ei pool --source Goedel-LM/Goedel-Pset-v1 {prot} --n 4000 --out {p['pool'] or 'data/pool.jsonl'}")
@@ -273,14 +274,13 @@ def check_cpus(ctx:Context) -> list[dict]:
     return rows
 
 def check_kernel(ctx:Context) -> list[dict]:
-    from ei_nb.driver import check_kernel as _ck
-    try: _ck(ctx.cfg['run']['kernel']); return [row('jupyter kernel', 'OK', ctx.cfg['run']['kernel'])]
+    try: require_kernel(ctx.cfg['run']['kernel']); return [row('jupyter kernel', 'OK', ctx.cfg['run']['kernel'])]
     except Exception as e: return [row('jupyter kernel', 'FAIL', str(e)[:200], 'python -m ipykernel install --user --name python3')]
 
 # %% ../nbs/doctor.ipynb #e9c6dc41
 CHECKS = (check_kernel, check_problems, check_model, check_gpus, check_samplers, check_disk, check_cpus, check_lean)
 
-def preflight(cfg:dict, # `ei_nb.driver.load_config(path)`
+def preflight(cfg:dict, # `ei_nb.config.load_config(path)`
               run_dir=None, # the run folder (default runs/NAME, as `ei run`)
               lean:bool=True, # run the Lean rows (they start Lean: minutes on a real node)
               lean_timeout:float=900, # seconds for the REPL to import Mathlib and answer
@@ -307,7 +307,7 @@ def table(rows:list[dict]) -> str:
 def doctor_cli(argv:list[str]) -> dict:
     "`ei doctor --config FILE [--run-dir DIR] [--no-lean] [--lean-timeout S] [--set SECTION.KEY=VALUE]`"
     from ei_nb.cli import parser, say, emit
-    from ei_nb.driver import load_config
+    from ei_nb.config import load_config
     p = parser('doctor', 'check everything a run needs: one row per check, OK / WARN / FAIL with the fix; exit 3 on any FAIL')
     p.add_argument('--config', required=True, help='TOML run config')
     p.add_argument('--run-dir', help='run folder (default: run.run_dir, else runs/NAME)')

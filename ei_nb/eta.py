@@ -5,12 +5,12 @@
 # %% ../nbs/eta.ipynb #ee9a7d05
 from __future__ import annotations
 from pathlib import Path
-from .core import SFT_MAX_TOKENS, atomic_write_json
-from .layout import read_stage_json
+from .core import BadInput, SFT_MAX_TOKENS, atomic_write_json, read_json, read_problems
+from .layout import RunLayout, read_stage_json
 
 # %% auto #0
 __all__ = ['DPO_TOKEN_COST', 'ETA_KEYS', 'training_work', 'stage_work', 'model_seconds', 'eta_seconds', 'count_lines', 'hms',
-           'record_rate']
+           'record_rate', 'planned_sizes', 'Estimator']
 
 # %% ../nbs/eta.ipynb #7d8fd489
 DPO_TOKEN_COST = 4 / 3   # a DPO token: policy forward + backward (3 units) plus the reference's forward (1 unit)
@@ -91,3 +91,50 @@ def record_rate(rates:dict, # stage -> measured rate (updated in place)
     rates[stage] = {'s_per_unit': wall / work, 'wall_s': wall, 'work': work, 'round': rnd}
     atomic_write_json(rates_path, rates)
     return rates[stage]
+
+# %% ../nbs/eta.ipynb #914b4712
+def planned_sizes(paths:dict, cfg:dict) -> tuple[int|None, int|None]:
+    "Pool and scored sizes for the ETA before the run has its inputs (the configured files, else the demo's sizes)."
+    def n(path, split=''):
+        try: return sum(1 for q in read_problems(path) if not split or q['split'] == split)
+        except (BadInput, OSError): return None
+    demo = cfg['stages'].get('demo', {})
+    return n(paths['pool']) or demo.get('pool_size'), n(paths['scored'], paths['scored_split']) or demo.get('scored_size')
+
+class Estimator:
+    "The ETA of each step of one run: the compute model at the run's sizes, replaced by measured rates as stages finish."
+    def __init__(self, cfg:dict, # the run's configuration (`ei_nb.config.load_config`)
+                 layout:RunLayout, # the run's files
+                 paths:dict, # the configured paths, resolved (`ei_nb.config.resolve_paths`)
+                ):
+        self.cfg, self.layout, self.paths = cfg, layout, paths
+        self.rates = read_json(layout.rates, {})   # stage -> measured rate, kept in the run's rates.json
+        self.planned = None   # (pool, scored) sizes of the configured files, read once when first needed
+
+    def sizes(self) -> tuple[int|None, int|None]:
+        "Pool and scored-set sizes: from the run's inputs, else from the configured files (or the demo's sizes)."
+        pool, scored = count_lines(self.layout.pool), count_lines(self.layout.scored)
+        if pool is None or scored is None:
+            if self.planned is None: self.planned = planned_sizes(self.paths, self.cfg)
+            pool, scored = pool or self.planned[0], scored or self.planned[1]
+        return pool, scored
+
+    def work(self, rnd:int, stage:str) -> float:
+        "Estimated units of work of a step (selected problems once known, else the cap)."
+        pool, N = self.sizes()
+        cap = self.cfg['stages']['00_select']['max_problems']
+        sel = count_lines(self.layout.round(rnd).selected) if rnd else None
+        P = pool if rnd == 0 else sel if sel is not None else min(cap, pool) if pool else cap
+        if stage == '01_sample_verify' and rnd == 1 and not self.paths['seed_verdicts']: P = 0   # reuses the pool measurement
+        return stage_work(stage, self.cfg, P if P is not None else cap, N or 244, rnd)
+
+    def eta(self, rnd:int, stage:str) -> tuple[float, str]:
+        "(seconds, 'measured' or 'model') of a step."
+        return eta_seconds(stage, self.cfg, self.work(rnd, stage), self.rates)
+
+    def eta_text(self, rnd:int, stage:str) -> str:
+        s, src = self.eta(rnd, stage); return f'{hms(s)}, {src}'
+
+    def learn(self, stage:str, rnd:int, wall:float, stage_json) -> dict|None:
+        "Record the measured rate of a finished step (`record_rate`) for the ETAs after it."
+        return record_rate(self.rates, self.layout.rates, stage, rnd, wall, stage_json)

@@ -8,10 +8,11 @@ import datetime, json, os, re
 from pathlib import Path
 from .core import BadInput, StageFailed, atomic_write_json, sha256_json
 from .layout import FINAL, ROUND0_STAGES, ROUND_STAGES, RunLayout
+from .config import SECTIONS
 
 # %% auto #0
-__all__ = ['VOLATILE', 'SECTIONS', 'verdicts_fingerprint', 'chain_hash', 'check_params', 'check_marker', 'finished', 'record',
-           'where', 'step_order', 'parse_redo', 'existing_markers', 'redo']
+__all__ = ['VOLATILE', 'verdicts_fingerprint', 'chain_hash', 'check_params', 'check_marker', 'finished', 'record', 'where',
+           'step_order', 'parse_redo', 'existing_markers', 'redo']
 
 # %% ../nbs/markers.ipynb #8790fd9b
 def verdicts_fingerprint(path) -> str|None:
@@ -68,9 +69,6 @@ def where(rnd:int, stage:str) -> str:
     return 'final:06_report' if rnd == FINAL else f'{rnd}:{stage}'
 
 # %% ../nbs/markers.ipynb #4f17ceae
-SECTIONS = {'demo': 'demo', '00_select': 'select', '01_sample_verify': 'sample_verify', '02_sft': 'sft',
-            '03_average': 'average', '04_eval': 'eval', '05_stop_rule': 'stop_rule', '06_report': 'report'}
-
 def step_order(rnd:int, stage:str) -> tuple[int, int]:
     "Sort key of a step in run order."
     return (rnd, (ROUND0_STAGES if rnd == 0 else ROUND_STAGES).index(stage) if rnd != FINAL else 0)

@@ -31,8 +31,8 @@ def executed(stderr:str) -> list[str]:
 
 def tagged(run_dir) -> list[int]:
     "Live processes started for this run (kernels, stage children)."
-    from ei_nb.driver import _tagged_pids
-    return _tagged_pids(str(Path(run_dir).resolve()))
+    from ei_nb.stage_process import tagged_pids
+    return tagged_pids(str(Path(run_dir).resolve()))
 
 def copy_run(src, dst) -> Path:
     shutil.copytree(src, dst, symlinks=True)

@@ -344,8 +344,7 @@ def test_confirm_status_detects_edited_registration(tmp_path):
     ('report', 'alpha', '1.0', '[report] alpha = 1.0'), ('run', 'rounds', '0', '[run] rounds = 0')])
 def test_validate_config_names_section_key_value(section, key, value, words):
     "`ei run` calls this before anything runs; here on configs/demo.toml with one `--set` override each."
-    from ei_nb.driver import load_config
-    from ei_nb.params_check import validate_config
+    from ei_nb.config import load_config, validate_config
     quiet = dict(nbs=REPO/'nbs', warn=lambda *a: None)
     validate_config(load_config(REPO/'configs'/'demo.toml', **quiet))
     with pytest.raises(Exception) as e:

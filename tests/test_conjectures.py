@@ -291,10 +291,10 @@ def test_a_rerun_reuses_the_lean_checks_made_the_same_way_only(tiny, tmp_path):
 def test_the_stage_is_planned_first_and_wired_only_when_enabled(tmp_path):
     """demo_conjectures.toml runs 00b first in every round: its verdicts are merged into 00's measurement, its kept
     conjectures join 00's pool (this round's and every earlier round's), its rows reach 02; demo.toml has none of it."""
-    from ei_nb.driver import Run, load_config, plan
+    from ei_nb.config import load_config; from ei_nb.sources import Sources; from ei_nb.dryrun import plan
     cfgs = Path(__file__).resolve().parents[1]/'configs'
     for name, on in (('demo_conjectures.toml', True), ('demo.toml', False)):
-        run = Run(load_config(cfgs/name), tmp_path/name)
+        run = Sources(load_config(cfgs/name), tmp_path/name)
         R = lambda r: tmp_path/name/f'round_{r:02d}'
         steps = [(s['round'], s['stage']) for s in plan(run)]
         for r in (1, 2):

@@ -203,10 +203,10 @@ def test_02_trains_on_capped_corrections(tmp_path):
 
 def test_the_stage_is_wired_only_when_enabled(tmp_path):
     "demo_corrections.toml runs 01c after 01 in every round and feeds 02 its rows; demo.toml has neither."
-    from ei_nb.driver import Run, load_config, plan
+    from ei_nb.config import load_config; from ei_nb.sources import Sources; from ei_nb.dryrun import plan
     cfgs = Path(__file__).resolve().parents[1]/'configs'
     for name, on in (('demo_corrections.toml', True), ('demo.toml', False)):
-        run = Run(load_config(cfgs/name), tmp_path/name)
+        run = Sources(load_config(cfgs/name), tmp_path/name)
         steps = [(s['round'], s['stage']) for s in plan(run)]
         assert ((1, '01c_correct') in steps) == on and ((2, '01c_correct') in steps) == on, steps
         if on: assert steps.index((1, '01c_correct')) == steps.index((1, '01_sample_verify')) + 1

@@ -9,7 +9,7 @@ from tests.driver_common import _h, _records
 
 
 def test_second_driver_on_the_same_run_is_refused(reference, tmp_path):
-    from ei_nb.driver import run_lock
+    from ei_nb.run_command import run_lock
     run = copy_run(reference, tmp_path/'run')
     with run_lock(run):
         p = ei(run)

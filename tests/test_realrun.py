@@ -153,7 +153,7 @@ def test_doctor_fails_with_the_fix_on_the_reference_config_here(tmp_path):
 
 def test_doctor_checks_the_pool_against_protected(tmp_path):
     from ei_nb.doctor import Context, check_problems
-    from ei_nb.driver import load_config
+    from ei_nb.config import load_config
     from ei_nb.core import write_records
     mf = read_problems(shared_data('minif2f_dsp15.jsonl'))
     write_records(tmp_path / 'pool.jsonl', [{**mf[-1], 'name': 'renamed_copy', 'split': 'train'}], 'problem')
@@ -164,7 +164,7 @@ def test_doctor_checks_the_pool_against_protected(tmp_path):
 
 def test_doctor_lean_rows_against_the_repl_stand_in(node, tmp_path, monkeypatch):
     from ei_nb.doctor import preflight, check_lean, Context
-    from ei_nb.driver import load_config
+    from ei_nb.config import load_config
     for k, v in node['env'].items(): monkeypatch.setenv(k, v)
     cfg = load_config(ROOT / 'configs/goedel8b.toml', [f'paths.lean_project="{node["project"]}"'], warn=lambda *a: None)
     rows = {r['check']: r for r in check_lean(Context(cfg, tmp_path / 'run'), timeout=30)}
@@ -316,7 +316,7 @@ def test_a_dead_endpoint_costs_at_most_one_chunk(tiny_model_dir, serve, tmp_path
 
 @pytest.mark.parametrize('name', ['goedel8b.toml', 'goedel8b_two_node.toml'])
 def test_reference_configs_load(name):
-    from ei_nb.driver import load_config
+    from ei_nb.config import load_config
     cfg = load_config(ROOT / 'configs' / name, warn=lambda *a: None)
     assert cfg['paths']['pool'] == 'data/pool.jsonl' and cfg['paths']['lean_project'] == 'lean/mathlib4'
     if 'two_node' in name:
@@ -332,7 +332,7 @@ def test_new_commands_are_in_ei_help():
 
 def test_doctor_rows_of_the_two_node_config(serve, tiny_model_dir, tmp_path, monkeypatch):
     from ei_nb.doctor import Context, check_samplers, check_lean, check_cpus
-    from ei_nb.driver import load_config
+    from ei_nb.config import load_config
     import socket
     live, _ = serve(tiny_model_dir)
     with socket.socket() as s: s.bind(('127.0.0.1', 0)); closed = f'http://127.0.0.1:{s.getsockname()[1]}'   # nothing listens there

@@ -96,7 +96,7 @@ def test_data_stop_edges():
 # ---------------------------------------------------------------- the chain hash covers the seed of every stage
 
 def _stage_params():
-    from ei_nb.driver import notebook_parameters
+    from ei_nb.config import notebook_parameters
     nbs = Path(__file__).resolve().parents[1] / 'nbs'
     out = {}
     for nb in sorted(nbs.glob('0[0-6]_*.ipynb')):
