@@ -30,8 +30,9 @@ class StageFailed(EiError):
     exit_code = 3
 
 class DataStop(EiError):
-    "Not enough data to go on: the run stops by the pre-registered data rule (exit 4)."
+    "Not enough data to go on: the run stops by the pre-registered data rule (exit 4); `headline` keeps the numbers that show why."
     exit_code = 4
+    def __init__(self, message:str, headline:dict|None=None): super().__init__(message); self.headline = headline or {}
 
 class RecordError(BadInput):
     "A bad record: names the file, the 1-based line and the field."

@@ -176,7 +176,7 @@ def run_select(pool_path, results_path, out_path, protected_paths=(), lo=0.0, hi
         protected = [p for path in protected_paths for p in read_problems(path)]
         counts = counting.result()
     selected, summary, band = select_problems(pool, counts, protected, lo, hi, include_zero, max_zero, max_problems, seed, table)
-    if not selected: raise DataStop(f'no problem in the pass-rate band ({lo} < p <= {hi}): {summary}')
+    if not selected: raise DataStop(f'no problem in the pass-rate band ({lo} < p <= {hi}): {summary}', summary)
     write_records(out_path, selected, 'problem')
     return summary, band
 
