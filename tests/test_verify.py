@@ -88,7 +88,7 @@ CHEATS = [  # (id, problem name, code, rule that must reject it)
     ('open after a helper, before the theorem', N, H + 'lemma h : True := trivial\nopen Complex\n' + S + P, 'open'),
     ('open hiding', N, H + S + P + '\nopen Real hiding sqrt\n', 'open'),
     ('theorem inside a namespace', N, H + 'namespace X\n' + S + P + '\nend X', 'namespace'),
-    ('indented namespace', N, H + 'lemma h : True := by\n  trivial\n  namespace X\n' + S + P, 'scope'),
+    ('indented namespace (a command to Lean)', N, H + 'lemma h : True := by\n  trivial\n  namespace X\n' + S + P, 'namespace'),
     ('late import', N, H + 'theorem helper : True := trivial\nimport Mathlib.Tactic\n' + S + P, 'import'),
     ('unterminated comment', N, H + S + P + '\n/- never closed', 'lexer'),
     ('unterminated string', N, H + S + '  have := "abc\n' + P, 'lexer'),
@@ -110,10 +110,9 @@ CHEATS = [  # (id, problem name, code, rule that must reject it)
     ('variable?', N, H + 'variable? [Mul ℂ]\n' + S + P, 'scope'),
     ('variable!', N, H + 'variable! (h : False)\n' + S + P, 'scope'),
     ('unlisted command (deny by default)', N, H + 'suppress_compilation\n' + S + P, 'toplevel'),
-    ('indented theorem', N, H + S + P + '\n  theorem x : True := trivial', 'toplevel'),
     ('set_option in before the theorem', N, H + 'set_option autoImplicit true in\n' + S + P, 'set_option'),
-    ('#print axioms not trailing', N, H + S + P + '\n#print axioms mathd_algebra_182\ntheorem x : True := trivial', 'hash_command'),
-    ('#print axioms of another name', N, H + S + P + '\n#print axioms Nat.add_comm', 'hash_command'),
+    ('#print with more than a name', N, H + S + P + '\n#print axioms mathd_algebra_182 Nat.add_comm', 'hash_command'),
+    ('#print of a string', N, H + S + P + '\n#print "hello"', 'hash_command'),
     ('extra hypothesis', N, H + S.replace('(y : ℂ)', '(y : ℂ) (hf : False)') + '  exact hf.elim', 'statement'),
     ('changed type', N, H + S.replace('(y : ℂ)', '(y : ℕ)') + P, 'statement'),
     ('changed conclusion', N, H + S.replace('21 * y + 14', '7 * (3 * y + 2)') + '  rfl', 'statement'),
@@ -145,6 +144,10 @@ LEGIT = [  # (id, problem name, completion)
     ('open ... in inside the proof', N, fence(H + S + '  open Real in\n' + P)),
     ('raw string and «name» in a proof', N, fence(H + S + '  have : r"\\" = r#"\\"# := rfl\n  have «my h» : True := trivial\n' + P)),
     ('statement reflowed over lines', C['name'], fence(few_shot_code(C).replace('(k x : ℝ) (h₀', '(k x : ℝ)\n    (h₀'))),
+    # issue 28: Lean splits commands at command words, not at columns, and `#print axioms` is harmless anywhere
+    ('indented theorem after the proof (a command to Lean)', N, fence(H + S + P + '\n  theorem x : True := trivial')),
+    ('#print axioms in the middle', N, fence(H + S + P + '\n#print axioms mathd_algebra_182\ntheorem x : True := trivial')),
+    ('#print axioms of another name', N, fence(H + S + P + '\n#print axioms Nat.add_comm')),
 ]
 
 @pytest.mark.parametrize('cid,name,code,rule', CHEATS, ids=[c[0] for c in CHEATS])
