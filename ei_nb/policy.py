@@ -370,6 +370,7 @@ class _TopLevel:
 
 # %% ../nbs/01a_policy.ipynb #8b14e0e4
 _NAMED = frozenset({'ident', 'keyword', 'name'})
+_SCAN = frozenset(_WORDS) | {'set_option', 'open'}
 _SPLIT = re.compile(r'«([^»]*)»|([^.«»`]+)')
 
 def _parts(word:str) -> list[str]:
@@ -380,14 +381,17 @@ def _parts(word:str) -> list[str]:
 def _scan(src:LeanCode, ok:set, set_options, hits:dict):
     "Note every rule word among the tokens the top-level walk did not validate."
     text, toks = src.text, src.toks
-    for k, (kind, a, b) in enumerate(toks):
+    words = [text[a:b] for _, a, b in toks]
+    # the few tokens that can matter, picked at C speed: rule words, `#…`, dotted names, «names», name literals
+    for k in [k for k, w in enumerate(words) if w in _SCAN or w[0] == '#' or '.' in w or '«' in w or '`' in w]:
+        kind, a, _ = toks[k]
         if kind in _INERT or k in ok: continue
-        w = text[a:b]
+        w = words[k]
         if kind != 'name' and w in _KEYWORDS: _hit(hits, _KEYWORDS[w], f'{w!r} at line {src.line(a)}', a)
         elif w == 'set_option': _inner_option(src, k, set_options, hits)
         elif w == 'open': _inner_open(src, k, hits)
         elif w[0] == '#' and w != '#[':
-            nxt = src.word(k + 1) if w == '#' and k + 1 < len(toks) and src.glued(k + 1) else ''
+            nxt = words[k + 1] if w == '#' and k + 1 < len(toks) and src.glued(k + 1) else ''
             _hit(hits, 'hash_command', f'{w + nxt!r} at line {src.line(a)}', a)
         if kind in _NAMED:
             for p in _parts(w):

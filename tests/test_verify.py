@@ -23,6 +23,7 @@ from ei_nb.verify import make_verifier, verify_cli
 from tests import fake_repl
 
 FAKE = str(Path(__file__).with_name('fake_repl.py'))
+FAKE_REPLAY = str(Path(__file__).with_name('fake_replay.py'))   # the stand-in `ei-replay` (kernel replay of what a proof added)
 
 def _rows(f): return [json.loads(l) for l in open(shared_data(f), encoding='utf-8')]
 MINIF2F = {r['name']: r for r in _rows('minif2f_dsp15.jsonl')}
@@ -276,10 +277,11 @@ def _proof(directive='', idx=0, name=N):
 
 def _log(path):
     lines = path.read_text().split() if path.exists() else []
-    return {'start': lines[0::2].count('start'), 'cmd': lines[0::2].count('cmd'), 'lean': lines[0::2].count('lean')}
+    return {'start': lines[0::2].count('start'), 'cmd': lines[0::2].count('cmd'), 'lean': lines[0::2].count('lean')}   # `pickle` lines not counted
 
 def _fake_repl(project, tmp_path, *args, timeout=1.0, workers=1, **kw):
     log = tmp_path/'fake.log'
+    kw.setdefault('replay_cmd', [sys.executable, FAKE_REPLAY])
     return make_verifier('repl', project=project, workers=workers, timeout=timeout, mem_mb=kw.pop('mem_mb', 256),
                          repl_cmd=[sys.executable, FAKE, '--log', str(log), *args], **kw), log
 
@@ -340,12 +342,19 @@ class TestFaultInjection:
         assert [r['verdict'] for r in res] == ['pass', 'pass', 'error', 'pass', 'pass', 'error']
         assert _log(log)['start'] == 2          # the fake's proof counter restarts with the process
 
-    @pytest.mark.parametrize('directive', ['FAKE:twoaxioms', 'FAKE:qualified=Foo', 'FAKE:nullend'])
-    def test_reports_elsewhere_qualified_names_and_null_endpos(self, directive, project, tmp_path):
-        # a report printed at another line is never read (ours is matched by position); `'Foo.t'` names t
+    @pytest.mark.parametrize('directive', ['FAKE:twoaxioms', 'FAKE:nullend'])
+    def test_reports_elsewhere_and_null_endpos(self, directive, project, tmp_path):
+        # a report printed at another line is never read (ours is matched by position)
         v, _ = _fake_repl(project, tmp_path)
         with v: r = v.verify_one(*_proof(directive))
         assert r['verdict'] == 'pass', r
+
+    def test_a_report_about_another_constant_than_the_root_name_fails(self, project, tmp_path):
+        # we append `#print axioms _root_.NAME`: Lean prints the root NAME it resolved, the constant the probe and the
+        # replay inspect; a report naming `Foo.NAME` is about another constant (issue 28)
+        v, _ = _fake_repl(project, tmp_path)
+        with v: r = v.verify_one(*_proof('FAKE:qualified=Foo'))
+        assert r['verdict'] == 'fail' and r['reason'].startswith('axioms: no report'), r
 
     def test_lean_side_statement_check(self, project, tmp_path):
         v, log = _fake_repl(project, tmp_path)
@@ -439,7 +448,7 @@ class TestFaultInjectionStreamingAndCache:
         v, log = _fake_repl(project, tmp_path, timeout=0.5, cache_dir=cache, statement_check=False)
         with v: second = sorted(v.verify_stream(iter(pairs[:2])), key=lambda r: r['sample_idx']); stats = dict(v.stats)
         assert [(r['verdict'], r['reason']) for r in second] == [(r['verdict'], r['reason']) for r in first[:2]]
-        assert stats == {'lean_runs': 0, 'cache_hits': 2, 'reference_runs': 0} and _log(log) == before   # no process was even started
+        assert stats == {'lean_runs': 0, 'cache_hits': 2, 'reference_runs': 0, 'replays': 0} and _log(log) == before   # no process was even started
         v, log = _fake_repl(project, tmp_path, timeout=0.5, cache_dir=cache, statement_check=False)
         with v: again = v.verify_one(*pairs[2]); stats = dict(v.stats)
         assert again['verdict'] == 'error' and stats['lean_runs'] == 1              # errors are retried
@@ -462,7 +471,7 @@ class TestFaultInjectionStreamingAndCache:
         args = ['--problems', probs, '--samples', sams, '--out', str(tmp_path/'v.jsonl'), '--workers', '2', '--timeout', '5', '--mem-mb', '512']
         import ei_nb.verify as ver
         real = ver.make_verifier   # the CLI has no --repl-cmd: point the REPL command at the fake
-        monkeypatch.setattr(ver, 'make_verifier', lambda *a, **kw: real(*a, repl_cmd=[sys.executable, FAKE], **kw))
+        monkeypatch.setattr(ver, 'make_verifier', lambda *a, **kw: real(*a, repl_cmd=[sys.executable, FAKE], replay_cmd=[sys.executable, FAKE_REPLAY], **kw))
         counts = ver.verify_cli(args + ['--backend', 'repl', '--project', str(project)])
         assert counts == {'n': 5, 'pass': 1, 'fail': 2, 'error': 1, 'no_code': 1, 'unchecked': 0}
         assert (tmp_path/'verdict_cache').is_dir()                  # next to the output by default
@@ -476,13 +485,14 @@ class TestFaultInjectionLeanBackend:
         ('FAKE:garbage', 'error', 'malformed output'), ('FAKE:leak', 'error', 'exit 1 without an error'),
         ('FAKE:replerror', 'error', 'malformed output'), ('FAKE:u2028', 'pass', None), ('FAKE:sorry428', 'fail', 'lean sorry')])
     def test_lean_backend(self, directive, verdict, why, project, tmp_path):
-        v = make_verifier('lean', project=project, timeout=1, mem_mb=256, lean_cmd=[sys.executable, FAKE, '--lean'])
+        v = make_verifier('lean', project=project, timeout=1, mem_mb=256, lean_cmd=[sys.executable, FAKE, '--lean'],
+                          replay_cmd=[sys.executable, FAKE_REPLAY])
         with v: r = v.verify_one(*_proof(directive))
         assert r['verdict'] == verdict and (why is None or why in r['reason']), r
         assert list((project/'.ei_verify').iterdir()) == []          # the temporary file is removed
 
     def test_broken_header_is_an_error(self, project):
-        v = make_verifier('lean', project=project, timeout=2, lean_cmd=[sys.executable, FAKE, '--lean'])
+        v = make_verifier('lean', project=project, timeout=2, lean_cmd=[sys.executable, FAKE, '--lean'], replay_cmd=[sys.executable, FAKE_REPLAY])
         with v: r = v.verify_one({**MINIF2F[N], 'header': 'import Broken\n\n'}, _proof()[1])
         assert r['verdict'] == 'error' and 'header failed' in r['reason'], r
 
