@@ -35,7 +35,8 @@ proofs added, faked from their text (each `theorem`/`lemma` a theorem whose type
 using the standard axioms). `--lean` with `-o PATH` (lean's olean output) writes the same stand-in for the file.
 Directives that forge the pickled environment (the REPL's own replies stay a clean pass: it was fooled):
   FAKE:addfalse     a theorem `false : False` whose value is `False` (lean4checker's AddFalse), used by the theorem
-  FAKE:addctor      a constructor `False.intro` with no inductive replayed (AddFalseConstructor)
+  FAKE:addctor      a constructor `False.intro` with no inductive replayed, used by the theorem (SafeVerify's addFalseConstr)
+  FAKE:lonector     the same constructor, used by nothing (lean4checker's AddFalseConstructor)
   FAKE:replaceaxiom the theorem type checks only against a forged `propext : False` (SafeVerify's replaceAxiom)
   FAKE:skipkernel   the theorem's value does not have its type (added with debug.skipKernelTC / without the kernel)
   FAKE:hideaxiom    an axiom `cheat` in the added constants, used by the theorem, missing from the REPL's report
@@ -160,6 +161,7 @@ def added_constants(text):
         out.append({'name': 'false', 'kind': 'thm', 'type': 'False', 'value_type': 'Prop', 'uses': []}); m['uses'].append('false')
     if 'FAKE:addctor' in text:
         out.append({'name': 'False.intro', 'kind': 'ctor', 'induct': 'False', 'type': 'False'}); m['uses'].append('False.intro')
+    if 'FAKE:lonector' in text: out.append({'name': 'False.intro', 'kind': 'ctor', 'induct': 'False', 'type': 'False'})
     if 'FAKE:replaceaxiom' in text: m['assumes'] = {'propext': 'False'}
     if 'FAKE:skipkernel' in text: m['value_type'] = 'False'
     if 'FAKE:hideaxiom' in text:
