@@ -578,37 +578,6 @@ class TestFaultInjectionServer:
             t0 = time.perf_counter(); r = v.verify_one(*_proof('FAKE:hang'))
         assert r['verdict'] == 'error' and 'timeout' in r['reason'] and time.perf_counter() - t0 < 2.5
 
-# ---------------------------------------------------------------- real Lean
-LEAN_PROJECT = os.environ.get('EI_LEAN_PROJECT')
-needs_lean = pytest.mark.skipif(shutil.which('lean') is None or not LEAN_PROJECT,
-                                reason='REAL LEAN NOT AVAILABLE: `lean` is not on PATH or EI_LEAN_PROJECT (a Mathlib project) '
-                                       'is not set, so the real repl/lean backends are not exercised here')
-
-@needs_lean
-class TestRealLean:
-    "REAL LEAN: known-good proofs pass and cheats fail through the real backends."
-
-    @pytest.mark.parametrize('backend', ['repl', 'lean'])
-    def test_real_backend(self, backend):
-        cases = [(MINIF2F[r['name']], sample(r['name'], i, fence(few_shot_code(r)))) for i, r in enumerate(FEW_SHOT[:3])]
-        wrong = (MINIF2F[N], sample(N, 99, fence(H + S + '  rfl')))
-        with make_verifier(backend, project=LEAN_PROJECT, workers=2, timeout=300) as v:
-            res = {r['sample_idx']: r for r in v.verify_stream(iter(cases + [wrong]))}
-        assert [res[i]['verdict'] for i in range(3)] == ['pass'] * 3, res
-        assert res[99]['verdict'] == 'fail', res[99]
-
-    def test_lean_side_statement_check_catches_notation_the_policy_let_through(self):
-        # the pre-check's `syntax` rule is switched off, so only the Lean-side check can see that `+` now means `*`
-        prob = {**MINIF2F[N], 'name': 't_plus', 'formal_statement': 'theorem t_plus : (2 : ℕ) + 2 = 4 := by\n'}
-        cheat = H + 'local notation:65 a " + " b => (a * b : ℕ)\n' + prob['formal_statement'] + '  norm_num\n'
-        honest = H + prob['formal_statement'] + '  norm_num\n'
-        with make_verifier('repl', project=LEAN_PROJECT, workers=1, timeout=300, policy={'rules': {'syntax': False}}) as v:
-            r_cheat = v.verify_one(prob, sample('t_plus', 0, fence(cheat)))
-            r_honest = v.verify_one(prob, sample('t_plus', 1, fence(honest)))
-        assert r_honest['verdict'] == 'pass', r_honest
-        assert r_cheat['verdict'] == 'fail' and r_cheat['reason'].startswith('lean_statement'), r_cheat
-
-
 def test_server_endpoints_come_from_the_environment_when_not_given(monkeypatch):
     "A stage notebook passes no endpoints: the `server` backend reads EI_LEAN_SERVER_ENDPOINTS (as configs/goedel8b_two_node.toml sets it)."
     from ei_nb.verify import make_verifier
