@@ -16,7 +16,7 @@ published proof; the rule it must meet is the one that names it. Each class name
   through Mathlib/Util/GetAllModules.lean's `import Lake.CLI.Main`.
 
 Where git holds the commit before this work (03c78cb, the pre-check of round two), each exploit is also run through
-that former pre-check, to show it got past it (`former` fixture; skipped without git).
+that former pre-check, to show it got past it (`former` fixture; without git only the present pre-check is tested).
 """
 import importlib.util, json, subprocess, sys, types
 from pathlib import Path
@@ -42,9 +42,9 @@ INST = 'instance : Mul ℂ := ⟨fun a _ => a⟩'
 
 @pytest.fixture(scope='module')
 def former():
-    "The pre-check as it was at BEFORE (ei_nb/policy.py from git), or skip."
+    "The pre-check as it was at BEFORE (ei_nb/policy.py from git), or None (then only the present pre-check is tested)."
     try: src = subprocess.run(['git', '-C', str(ROOT), 'show', f'{BEFORE}:ei_nb/policy.py'], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError): pytest.skip(f'git does not hold {BEFORE}: the former pre-check cannot be loaded')
+    except (OSError, subprocess.CalledProcessError): return None
     mod = types.ModuleType('ei_nb._policy_before_28'); mod.__package__ = 'ei_nb'
     exec(compile(src, f'{BEFORE}:ei_nb/policy.py', 'exec'), mod.__dict__)
     return mod
@@ -150,7 +150,7 @@ def test_print_axioms_is_allowed_anywhere_and_removed_exactly(former):
     reason, body = prepare(code, P)
     assert reason is None and '#print' not in body
     assert body.split('\n')[8] == '' and body.split('\n')[7] == 'lemma helper : True := trivial'    # that line, empty; the others kept
-    assert former.precheck(code, P).startswith('hash_command')                                       # rejected before
+    if former: assert former.precheck(code, P).startswith('hash_command')                          # rejected before
 
 def test_a_plain_helper_def_is_denied():
     "Rules table, rule `definition`: a def can overload a statement name and is unfolded by decide/rfl/simp."
@@ -180,7 +180,7 @@ def test_a_multi_line_literal_above_a_column_0_comment(former):
         raw = code.split('\n')
         header = [i for i, l in enumerate(raw[:7]) if l]          # the repeated header's lines, blanked too
         assert [i for i, (a, b) in enumerate(zip(raw, body.split('\n'))) if a != b] == header + [len(raw) - 2], (lit, body)
-        if '\n' in lit: assert former_verdict(former, code) == 'crash' or former.prepare(code, P)[1] != body   # wrong line, or the crash
+        if former and '\n' in lit: assert former_verdict(former, code) == 'crash' or former.prepare(code, P)[1] != body   # wrong line, or the crash
     code = H + S + '  have : "a\nb" = "a\nb" := rfl\n' + RING + '/-\n#exit\n-/\n#print axioms mathd_algebra_182\n'
     body = prepare(code, P)[1]
     assert '/-\n#exit\n-/' in body                     # the commented-out command stays commented out
@@ -212,10 +212,10 @@ def _published():
 
 def test_published_proofs_before_and_after(former):
     "607 published proofs: the 9 DeepSeek-Prover-V2 solutions of a corrected statement are rejected (unfaithful), before and after."
-    res = [(src, p['name'], former_verdict(former, code, p), precheck(code, p)) for src, p, code in _published()]
+    res = [(src, p['name'], former_verdict(former, code, p) if former else None, precheck(code, p)) for src, p, code in _published()]
     assert len(res) == 607
     unfaithful = {n for n, r in DSV2.items() if not r['statement_matches_minif2f_dsp15']}
-    assert {n for _, n, old, _ in res if old} == unfaithful
+    if former: assert {n for _, n, old, _ in res if old} == unfaithful
     assert {n for _, n, _, new in res if new} == unfaithful and all(new.startswith('statement:') for _, n, _, new in res if new)
 
 def test_published_proofs_rewritten_as_other_publishers_write_them(former):
@@ -228,5 +228,5 @@ def test_published_proofs_rewritten_as_other_publishers_write_them(former):
         mid = p['header'] + 'lemma helper : True := trivial\n#print axioms helper\n' + r['formal_statement'] + r['formal_proof']
         for code in (flat, mid):
             assert precheck(code, p) is None, (r['name'], precheck(code, p))
-            n_before += former_verdict(former, code, p) is not None
-    assert n_before >= len(few)          # every `#print axioms` mid-file was rejected before, and column-0 tactics mostly too
+            n_before += former is not None and former_verdict(former, code, p) is not None
+    assert former is None or n_before >= len(few)          # every `#print axioms` mid-file was rejected before, and column-0 tactics mostly too
