@@ -8,12 +8,12 @@ import bisect, copy, json, re
 from functools import lru_cache
 from pathlib import Path
 from .core import BadInput
-from .lean_tokens import token_table, tokenize, _opens_in
+from .lean_tokens import HEADER_OPENS, token_data, token_table, tokenize
 from .lean_commands import split_commands
 
 # %% auto #0
-__all__ = ['RULES', 'DEFAULT_POLICY', 'extract_code', 'LeanCode', 'split_code', 'policy_table', 'load_policy', 'allowed_axioms',
-           'statement_name', 'check_statement', 'prepare', 'precheck']
+__all__ = ['RULES', 'DEFAULT_POLICY', 'extract_code', 'LeanCode', 'problem_opens', 'split_code', 'policy_table', 'load_policy',
+           'allowed_axioms', 'statement_name', 'check_statement', 'prepare', 'precheck']
 
 # %% ../nbs/01a_policy.ipynb #4e4c396c
 _OPENER = re.compile(r'[ \t]*(lean4|lean)[ \t]*\r?', re.I)
@@ -51,21 +51,33 @@ def extract_code(completion:str, # the model's full output
 _INERT = frozenset({'str', 'char', 'num', 'doc'})     # kinds of tokens that hold no word a rule could name
 
 class LeanCode:
-    "A Lean file as Lean reads it: the text, its tokens `(kind, start, end)` outside comments, and its commands."
-    def __init__(self, text:str):
-        table = token_table(_opens_in(text))
-        toks = tokenize(text, table)
-        self.text, self.cmds = text, split_commands(text, toks, table)
+    "A Lean file as Lean reads it: the text, its tokens `(kind, start, end)` outside comments, their texts, and its commands."
+    def __init__(self, text:str, opens:tuple=HEADER_OPENS):   # the namespaces open where the file starts (the header's)
+        self.opens, self.table = tuple(opens), token_table(tuple(opens))
+        toks = tokenize(text, self.table)
+        self.text, self.cmds = text, split_commands(text, toks, self.table)
         self.toks = [t for t in toks if t[0] != 'comment']
         self.starts = [t[1] for t in self.toks]
+        self.words = [text[a:b] for _, a, b in self.toks]
 
-    def word(self, k:int) -> str: return self.text[self.toks[k][1]:self.toks[k][2]]
+    def word(self, k:int) -> str: return self.words[k]
     def line(self, pos:int) -> int: return self.text.count('\n', 0, pos) + 1
     def index(self, pos:int) -> int: return bisect.bisect_left(self.starts, pos)    # the first token at or after `pos`
     def head(self, c) -> int|None: return self.index(c.head_start) if c.head else None  # the token of `c`'s keyword
     def glued(self, k:int) -> bool: return k > 0 and self.toks[k][1] == self.toks[k - 1][2]   # no blank before token k
 
     def __repr__(self): return f'LeanCode({len(self.toks)} tokens, commands {[c.head for c in self.cmds]})'
+
+@lru_cache(maxsize=1024)
+def _header_opens(header:str) -> frozenset[str]:
+    "The namespaces the header's `open` commands open."
+    src = LeanCode(header)
+    return frozenset(src.word(k) for c in src.cmds if c.head == 'open' and not c.prefixes
+                     for k in range(src.head(c) + 1, c.last) if src.toks[k][0] == 'ident')
+
+def problem_opens(problem:dict) -> tuple:
+    "The namespaces open where a proof of `problem` starts: its header's (their scoped tokens are in the table)."
+    return tuple(sorted(_header_opens(problem.get('header', ''))))
 
 # %% ../nbs/01a_policy.ipynb #734fe285
 def _header_like(src:LeanCode, c) -> bool:
@@ -147,7 +159,8 @@ RULES = [
                  '`noncomputable`; a `… in` prefix but `open … in`/`set_option … in`; `theorem`/`lemma` where Lean does not start a command',
          why='deny by default: whatever a whole-proof prover does not need cannot be trusted not to change the statement'),
     dict(rule='open', rejects='`open A in` before the theorem (also at the end of the line above); `open A` before it opening what the header '
-                              'does not; an `open` whose arguments are not all names (`hiding`, `renaming`, `scoped`, the lines it swallows)',
+                              'does not; an `open` whose arguments are not all names (`hiding`, `renaming`, `scoped`, the lines it swallows); '
+                              'an `open`/`namespace` whose scoped notation (not opened by the header) changes how the text after it reads',
          why='an `open` that reaches the statement can change which constant a name in it denotes'),
     dict(rule='namespace', rejects='the theorem declared inside a `namespace`',
          why="inside `namespace N` the theorem is `N.name`, and the statement's names resolve in N first"),
@@ -225,9 +238,9 @@ def _declared(src:LeanCode, c) -> tuple[int, str]|None:
     return None
 
 @lru_cache(maxsize=8192)
-def _reference(formal_statement:str) -> tuple:
+def _reference(formal_statement:str, opens:tuple=HEADER_OPENS) -> tuple:
     "(name, token shape of the statement up to its final `:=`, its LeanCode, index of its keyword) of a problem's statement."
-    src = LeanCode(formal_statement)
+    src = LeanCode(formal_statement, opens)
     c = next((c for c in src.cmds if _declared(src, c)), None)
     if c is None: return None, (), src, 0
     k, name = _declared(src, c)
@@ -243,9 +256,9 @@ def _near(src:LeanCode, k:int) -> str:
 
 def check_statement(code:str, problem:dict, src:LeanCode|None=None) -> str|None:
     "None if `code` declares the problem's theorem once with its exact statement (up to `:=`), else the reason."
-    name, want, ref, r0 = _reference(problem['formal_statement'])
+    src = src or LeanCode(code, problem_opens(problem))
+    name, want, ref, r0 = _reference(problem['formal_statement'], src.opens)
     if not name: raise BadInput(f"problem {problem.get('name')!r}: formal_statement declares no theorem")
-    src = src or LeanCode(code)
     decls = [d[0] for c in src.cmds if (d := _declared(src, c)) and d[1] == name]
     if not decls: return f'statement: theorem {name} is not declared'
     if len(decls) > 1: return f'statement: theorem {name} is declared {len(decls)} times'
@@ -265,13 +278,6 @@ def _option_ok(opt:str, allowed) -> bool:
     return any(opt == a or (a.endswith('.') and opt.startswith(a)) for a in allowed)
 
 def _plain(word:str) -> str: return word.replace('«', '').replace('»', '')    # `«debug».skipKernelTC` is `debug.skipKernelTC`
-
-@lru_cache(maxsize=1024)
-def _header_opens(header:str) -> frozenset[str]:
-    "The namespaces the header's `open` commands open."
-    src = LeanCode(header)
-    return frozenset(src.word(k) for c in src.cmds if c.head == 'open' and not c.prefixes
-                     for k in range(src.head(c) + 1, c.last) if src.toks[k][0] == 'ident')
 
 _CHECKS = {'theorem': 'decl', 'lemma': 'decl', 'open': 'open', 'namespace': 'scope', 'section': 'scope', 'end': 'end',
            'set_option': 'option', '#print': 'print', '/-!': 'moddoc'}
@@ -380,8 +386,7 @@ def _parts(word:str) -> list[str]:
 
 def _scan(src:LeanCode, ok:set, set_options, hits:dict):
     "Note every rule word among the tokens the top-level walk did not validate."
-    text, toks = src.text, src.toks
-    words = [text[a:b] for _, a, b in toks]
+    text, toks, words = src.text, src.toks, src.words
     # the few tokens that can matter, picked at C speed: rule words, `#…`, dotted names, «names», name literals
     for k in [k for k, w in enumerate(words) if w in _SCAN or w[0] == '#' or '.' in w or '«' in w or '`' in w]:
         kind, a, _ = toks[k]
@@ -410,6 +415,25 @@ def _inner_open(src:LeanCode, k:int, hits:dict):
     if j == k + 1 or j >= len(src.toks) or src.word(j) != 'in':
         _hit(hits, 'open', f"'open' at line {src.line(src.toks[k][1])} is not allowed", src.toks[k][1])
 
+def _scoped_notation(src:LeanCode, dropped:set, hits:dict):
+    "An `open`/`namespace` (outside the dropped header lines) of a namespace whose scoped tokens change how the text after it reads."
+    scoped = token_data()['scoped_tokens']
+    for k in [k for k, w in enumerate(src.words) if w in ('open', 'namespace') and k not in dropped]:
+        j = k + 1
+        while j < len(src.toks) and src.toks[j][0] in ('ident', 'keyword') and src.words[j] not in ('in', 'hiding', 'renaming'):
+            ns = _plain(src.words[j])
+            if {n for n in scoped if n == ns or n.endswith('.' + ns)} - set(src.opens) and not _same_after(src, k, ns):
+                pos = src.toks[k][1]
+                return _hit(hits, 'open', f"`{src.words[k]} {ns}` at line {src.line(pos)}: the scoped notation of {ns} makes Lean read the text "
+                                          f"after it otherwise than the header's tokens do", pos)
+            j += 1
+
+def _same_after(src:LeanCode, k:int, ns:str) -> bool:
+    "Does the text from token k read the same with the scoped tokens of `ns` (those Lean reads after the `open`) as without?"
+    a = src.toks[k][1]
+    ext = token_table(tuple(sorted(set(src.opens) | {n for n in token_data()['scoped_tokens'] if n == ns or n.endswith('.' + ns)})))
+    return [t for t in tokenize(src.text[a:], ext) if t[0] != 'comment'] == [(kind, b - a, e - a) for kind, b, e in src.toks[k:]]
+
 def _lexer(src:LeanCode, hits:dict):
     "The first token Lean cannot read (`error` kind), named."
     for kind, a, b in src.toks:
@@ -427,6 +451,7 @@ def _verdicts(src:LeanCode, problem:dict, policy:dict) -> tuple[list, list, list
     "(the failing rules in table order as (rule, detail), spans of the repeated header, spans of `#print axioms` commands)."
     skip, hits = set(_prelude(src)), {}
     _lexer(src, hits)
+    _scoped_notation(src, {k for i in skip for k in range(src.cmds[i].first, src.cmds[i].last)}, hits)
     walk = _TopLevel(src, problem, policy, hits).run(skip)
     _scan(src, walk.ok, policy['set_options'], hits)
     failed = []
@@ -443,7 +468,7 @@ def prepare(code:str,            # the extracted Lean code
             policy:dict|None=None, # a policy from `load_policy` (default: DEFAULT_POLICY)
            ) -> tuple[str|None, str]: # (None if the code may go to Lean else the reason, the body to send)
     "Pre-check `code` and build the body Lean checks."
-    src = LeanCode(code)
+    src = LeanCode(code, problem_opens(problem))
     failed, header, printed = _verdicts(src, problem, policy or DEFAULT_POLICY)
     if failed:
         also = f" (also: {', '.join(r for r, _ in failed[1:])})" if len(failed) > 1 else ''

@@ -113,6 +113,23 @@ def test_a_decoy_statement_is_compared_where_lean_reads_it(tok, former):
     assert reason.endswith('(also: statement)'), reason
     assert precheck(code, P, load_policy({'rules': {'definition': False}})).startswith('statement: theorem mathd_algebra_182 differs')
 
+@pytest.mark.parametrize('where', ['header line (dropped before Lean runs)', 'after the theorem', 'open … in a tactic'])
+def test_scoped_tokens_are_read_only_where_lean_reads_them(where):
+    """Scoped tokens count only after an `open` of their namespace (`FirstOrder`'s `='`, Mathlib/ModelTheory/Syntax.lean):
+    a table built from an `open` anywhere would read `='"'` before it as `='` then a string, hiding the instance below."""
+    hide = "lemma q : True := by\n  try exact (1 ='\"')\n  trivial\n" + INST + ' -- "\n'
+    code = {'header line (dropped before Lean runs)': H + 'open FirstOrder\n' + hide + S + RING,
+            'after the theorem': H + hide + S + RING + 'open FirstOrder\n',
+            'open … in a tactic': H + hide + S + '  open FirstOrder in ring\n'}[where]
+    reason = precheck(code, P)
+    assert reason is not None and reason.split(':')[0] == 'instance', reason            # the instance is seen, as Lean sees it
+
+def test_scoped_tokens_that_change_the_reading_after_the_open_are_denied():
+    "After `open FirstOrder in`, Lean reads `='` then a string where the header's tokens read a character then code: denied."
+    after = H + "lemma a : True := trivial\nopen FirstOrder in\nlemma q : True := by\n  try exact (1 ='\"') \"\n  trivial\n" + INST + ' -- "\n' + S + RING
+    assert precheck(after, P).startswith('open: `open FirstOrder` at line 9: the scoped notation of FirstOrder'), precheck(after, P)
+    assert precheck(H + S + RING + 'open Complex\n', P) is None          # Complex has scoped notation (`cexp`), none after it
+
 def test_statement_tokens_keep_lean_s_blanks():
     "Blanks Lean's parser reads (`checkWsBefore`/`checkNoWsBefore`): `a[i]` indexes, `a [i]` applies; line breaks and comments are blanks."
     stmt = 'theorem t (a : List ℕ) (i : Fin a.length) : a[i] = a[i] := by\n'
