@@ -21,7 +21,7 @@ setuptools.setup(
     url=cfg['git_url'],
     packages=setuptools.find_packages(include=['ei_nb', 'ei_nb.*']),
     include_package_data=True,
-    package_data={'ei_nb': ['kernels/*.c']},   # the kernels' C sources (averaging, JSON Lines scanning), compiled on first use
+    package_data={'ei_nb': ['kernels/*.c', 'lean/*.lean', 'lean/lean-toolchain']},   # the kernels' C sources (averaging, JSON Lines scanning), compiled on first use; the replay tool's Lean sources, built by ei setup-lean
     python_requires='>=' + cfg['min_python'],
     install_requires=requirements,
     extras_require={

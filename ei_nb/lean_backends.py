@@ -125,8 +125,8 @@ class Repl:
         if not isinstance(reply, dict): self._fail(f'malformed reply {raw[:60]!r}')
         return reply
 
-    def run(self, header:str, code:str, timeout:float, header_timeout:float) -> dict:
-        "Check `code` in the environment of `header` (imported once per process)."
+    def run(self, header:str, code:str, timeout:float, header_timeout:float, pickle_to=None) -> dict:
+        "Check `code` in the environment of `header` (imported once per process); with `pickle_to`, save what it added there."
         if self.proc is not None and self.uses >= self.max_uses: self.close(); self.recycles += 1
         if self.proc is None: self.start()
         if header not in self.envs:
@@ -136,7 +136,16 @@ class Repl:
             self.envs[header] = r['env']
         reply = self.send({'cmd': code, 'env': self.envs[header]}, timeout)
         self.uses += 1
+        msgs = reply.get('messages', [])
+        if pickle_to and isinstance(reply.get('env'), int) and isinstance(msgs, list) and not any(
+                isinstance(m, dict) and m.get('severity') == 'error' for m in msgs):
+            self.pickle(reply['env'], pickle_to, timeout)
         return reply
+
+    def pickle(self, env:int, path, timeout:float):
+        "Have the REPL write environment `env` (its imports and the constants added since) to `path`."
+        r = self.send({'pickleTo': str(path), 'env': env}, timeout)
+        if r != {'env': env}: raise LeanError(f'pickleTo: {json.dumps(r)[:200]}')
 
 # %% ../nbs/01a_lean_backends.ipynb #ed654733
 def _project_identity(project) -> dict:
@@ -148,6 +157,7 @@ def _project_identity(project) -> dict:
 
 class ReplPool:
     "A pool of `Repl`s; `run` checks one proof on an idle REPL, preferring one that holds its header."
+    pickles = 'pickle'        # what `run(..., pickle_to=PATH)` writes there: a REPL pickle (`01a_lean_replay`)
     def __init__(self, cmd:list, cwd=None, workers:int=1, mem_mb:int|None=10240, max_uses:int=100,
                  header_timeout:float=600, max_reply:int=64<<20, lean_version:str|None=None, stdout_mode:str='auto'):
         self.repls = [Repl(cmd, cwd, mem_mb, max_uses, max_reply, stdout_mode=stdout_mode) for _ in range(max(1, workers))]
@@ -161,10 +171,10 @@ class ReplPool:
             self.idle.remove(r)
             return r
 
-    def run(self, header:str, code:str, timeout:float) -> dict:
+    def run(self, header:str, code:str, timeout:float, pickle_to=None) -> dict:
         if self.stalled: raise self.stalled           # one header attempt per worker: no retry after a stall
         r = self._take(header)
-        try: return r.run(header, code, timeout, self.header_timeout)
+        try: return r.run(header, code, timeout, self.header_timeout, pickle_to)
         except HeaderStall as e: self.stalled = e; raise
         finally:
             with self.cv: self.idle.append(r); self.cv.notify()
@@ -179,19 +189,21 @@ class ReplPool:
 # %% ../nbs/01a_lean_backends.ipynb #4c7f311e
 class LeanBackend:
     "A fresh `lake env lean --json FILE` per proof (DeepSeek-Prover-V1.5's way: simple, slow)."
+    pickles = 'olean'         # `run(..., pickle_to=PATH)` has lean write the file's module data there (`-o PATH`)
     def __init__(self, project, lean_cmd:list|None=None, mem_mb:int|None=10240, lean_version:str|None=None):
         self.project, self.cmd, self.mem_mb = Path(project), list(lean_cmd or ['lake', 'env', 'lean', '--json']), mem_mb
         self.tmp = self.project/'.ei_verify'
         self.identity = {'backend': 'lean', 'cmd': self.cmd, 'lean': lean_version, **_project_identity(project)}
 
-    def run(self, header:str, code:str, timeout:float) -> dict:
+    def run(self, header:str, code:str, timeout:float, pickle_to=None) -> dict:
         self.tmp.mkdir(exist_ok=True)
         header = header.rstrip('\n') + '\n\n'
         path = self.tmp/f'proof_{uuid.uuid4().hex}.lean'
         path.write_text(header + code, encoding='utf-8')
         try:
             with tempfile.TemporaryFile() as err:
-                proc = subprocess.Popen(limited(self.cmd + [str(path)], self.mem_mb), cwd=self.project, stdin=subprocess.DEVNULL,
+                cmd = self.cmd + (['-o', str(pickle_to)] if pickle_to else []) + [str(path)]
+                proc = subprocess.Popen(limited(cmd, self.mem_mb), cwd=self.project, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.PIPE, stderr=err, start_new_session=True)
                 try: out, _ = proc.communicate(timeout=timeout)
                 except subprocess.TimeoutExpired: _kill(proc); raise LeanError(f'timeout after {timeout:g} s') from None

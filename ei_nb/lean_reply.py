@@ -5,8 +5,8 @@
 # %% ../nbs/01a_lean_reply.ipynb #e8afef7f
 from __future__ import annotations
 import re
-from .core import theorem_name
-from .policy import DEFAULT_POLICY, allowed_axioms
+from .core import BadInput
+from .policy import DEFAULT_POLICY, LeanCode, allowed_axioms
 
 # %% auto #0
 __all__ = ['MESSAGE_CAP', 'MESSAGE_FIELDS', 'LeanError', 'HeaderStall', 'with_axioms', 'axioms_line', 'statement_probe',
@@ -23,8 +23,8 @@ class HeaderStall(LeanError):
 _SEVERITIES = {'error', 'warning', 'info', 'information', 'trace'}
 
 def with_axioms(body:str, name:str, probe:bool=False) -> str:
-    "The proof text sent to Lean: the body, then `#print axioms NAME` (line `axioms_line(...)`), then optionally `statement_probe(NAME)`."
-    return body.rstrip() + f'\n\n#print axioms {name}\n' + (statement_probe(name) + '\n' if probe else '')
+    "The proof text sent to Lean: the body, then `#print axioms _root_.NAME` (line `axioms_line(...)`), then optionally `statement_probe(NAME)`."
+    return body.rstrip() + f'\n\n#print axioms _root_.{name}\n' + (statement_probe(name) + '\n' if probe else '')
 
 def axioms_line(sent:str) -> int:
     "The 1-based line of the last `#print axioms` in `sent` (the one `with_axioms` appended)."
@@ -46,11 +46,11 @@ _SORRY_WARNING = re.compile(r"declaration uses ['`]sorry['`]")     # v4.28 write
 _REPORT = re.compile(r"'(.+)' (?:depends on axioms: \[(.*)\]|does not depend on any axioms)", re.S)
 
 def judge(reply,                  # a Lean REPL reply: {'messages': [...], 'sorries': [...], ...}
-          name:str,               # the theorem's name (its `#print axioms` was appended)
+          name:str,               # the theorem's root name (`#print axioms _root_.NAME` was appended)
           policy:dict|None=None,  # for the allowed axioms
           line=None,              # line(s) of OUR `#print axioms` in the reply's coordinates; None: the last message
          ) -> tuple[str, str|None]: # (verdict, reason): pass, fail or error
-    "The verdict of Lean's reply to a proof followed by `#print axioms NAME`."
+    "The verdict of Lean's reply to a proof followed by `#print axioms _root_.NAME`."
     if not isinstance(reply, dict): return 'error', 'malformed reply: not a JSON object'
     if 'message' in reply and 'messages' not in reply: return 'error', f"repl: {str(reply['message'])[:200]}"
     msgs, sorries = reply.get('messages', []), reply.get('sorries', [])
@@ -64,7 +64,7 @@ def judge(reply,                  # a Lean REPL reply: {'messages': [...], 'sorr
     # the report of OUR command, found by its position: text the candidate printed elsewhere is never read
     lines = {line} if isinstance(line, int) else set(line) if line is not None else {max((message_line(m) for m in msgs), default=0)}
     mine = [(m, x) for m in msgs if message_line(m) in lines and m['severity'] in ('info', 'information')
-            and (x := _REPORT.fullmatch(m['data'].strip())) and (x.group(1) == name or x.group(1).endswith('.' + name))]
+            and (x := _REPORT.fullmatch(m['data'].strip())) and x.group(1) == name]
     if not mine: return 'fail', f'axioms: no report for {name} from the appended `#print axioms` (theorem missing or renamed?)'
     if len(mine) > 1: return 'fail', f'axioms: {len(mine)} reports for {name} at the line of the appended command'
     used = [a.strip() for a in (mine[0][1].group(2) or '').split(',') if a.strip()]
@@ -118,6 +118,9 @@ def probed_type(reply:dict, # a Lean reply in the REPL's shape
 
 def reference_text(formal_statement:str) -> str:
     "What Lean runs to report the reference type: the statement renamed to `ei_reference_statement`, closed by `sorry`, then the probe."
-    stmt = re.sub(r':=\s*(?:by\s*)?$', ':= by sorry', formal_statement.rstrip())
-    stmt = stmt.replace(theorem_name(formal_statement), _REFERENCE, 1)
+    src = LeanCode(formal_statement)
+    k = next((src.head(c) + 1 for c in src.cmds if c.head in ('theorem', 'lemma') and src.head(c) + 1 < c.last), None)
+    if k is None: raise BadInput(f'formal statement declares no theorem: {formal_statement[:80]!r}')
+    a, b = src.toks[k][1:]                  # the declared name, where the declaration has it (not a `t` in a comment or a word)
+    stmt = re.sub(r':=\s*(?:by\s*)?$', ':= by sorry', (formal_statement[:a] + _REFERENCE + formal_statement[b:]).rstrip())
     return stmt + '\n\n' + statement_probe(_REFERENCE) + '\n'

@@ -4,15 +4,16 @@
 
 # %% ../nbs/01a_policy.ipynb #1acd7122
 from __future__ import annotations
-import copy, itertools, json, re
+import bisect, copy, json, re
 from functools import lru_cache
 from pathlib import Path
-from .core import BadInput, lean_code_only, normalize_ws, theorem_name
-from .lean_lex import analyse
+from .core import BadInput
+from .lean_tokens import HEADER_OPENS, token_data, token_table, tokenize
+from .lean_commands import split_commands
 
 # %% auto #0
-__all__ = ['RULES', 'DEFAULT_POLICY', 'extract_code', 'split_code', 'policy_table', 'load_policy', 'allowed_axioms',
-           'check_statement', 'prepare', 'precheck']
+__all__ = ['RULES', 'DEFAULT_POLICY', 'extract_code', 'LeanCode', 'problem_opens', 'split_code', 'policy_table', 'load_policy',
+           'allowed_axioms', 'statement_name', 'check_statement', 'prepare', 'precheck']
 
 # %% ../nbs/01a_policy.ipynb #4e4c396c
 _OPENER = re.compile(r'[ \t]*(lean4|lean)[ \t]*\r?', re.I)
@@ -47,27 +48,77 @@ def extract_code(completion:str, # the model's full output
     return None
 
 # %% ../nbs/01a_policy.ipynb #07160351
-_PRELUDE = re.compile(r'import\s+\S+|set_option\s+maxHeartbeats\s+\d+|open\s+(?!.*\sin$).+')
+_INERT = frozenset({'str', 'char', 'num', 'doc'})     # kinds of tokens that hold no word a rule could name
 
-def _split(code:str):
-    "(prelude line indices, raw lines, code-only lines, lexical error) of `code`, from one pass of the lexer."
-    clean, err = analyse(code)
-    raw, clean, pre = code.split('\n'), clean.split('\n'), set()
-    # up to the first line of real code only comments precede, and comments keep their line breaks
-    for i, (r, c) in enumerate(zip(raw, clean)):
-        c = c.strip()
-        if not c: continue
-        if not (_PRELUDE.fullmatch(c) and r.split('--')[0].strip() == c): break
-        pre.add(i)
-    return pre, raw, clean, err
+class LeanCode:
+    "A Lean file as Lean reads it: the text, its tokens `(kind, start, end)` outside comments, their texts, and its commands."
+    def __init__(self, text:str, opens:tuple=HEADER_OPENS):   # the namespaces open where the file starts (the header's)
+        self.opens, self.table = tuple(opens), token_table(tuple(opens))
+        toks = tokenize(text, self.table)
+        self.text, self.cmds = text, split_commands(text, toks, self.table)
+        self.toks = [t for t in toks if t[0] != 'comment']
+        self.starts = [t[1] for t in self.toks]
+        self.words = [text[a:b] for _, a, b in self.toks]
 
-def split_code(code:str) -> tuple[str, str]:
-    "Split `code` into the repeated header lines (`import`/`open`/`set_option maxHeartbeats`) and the body, prelude lines blanked."
-    pre, raw, _, _ = _split(code)
-    return ('\n'.join(raw[i] for i in sorted(pre)),
-            '\n'.join('' if i in pre else r for i, r in enumerate(raw)))
+    def word(self, k:int) -> str: return self.words[k]
+    def line(self, pos:int) -> int: return self.text.count('\n', 0, pos) + 1
+    def index(self, pos:int) -> int: return bisect.bisect_left(self.starts, pos)    # the first token at or after `pos`
+    def head(self, c) -> int|None: return self.index(c.head_start) if c.head else None  # the token of `c`'s keyword
+    def glued(self, k:int) -> bool: return k > 0 and self.toks[k][1] == self.toks[k - 1][2]   # no blank before token k
+
+    def __repr__(self): return f'LeanCode({len(self.toks)} tokens, commands {[c.head for c in self.cmds]})'
+
+@lru_cache(maxsize=1024)
+def _header_opens(header:str) -> frozenset[str]:
+    "The namespaces the header's `open` commands open."
+    src = LeanCode(header)
+    return frozenset(src.word(k) for c in src.cmds if c.head == 'open' and not c.prefixes
+                     for k in range(src.head(c) + 1, c.last) if src.toks[k][0] == 'ident')
+
+def problem_opens(problem:dict) -> tuple:
+    "The namespaces open where a proof of `problem` starts: its header's (their scoped tokens are in the table)."
+    return tuple(sorted(_header_opens(problem.get('header', ''))))
 
 # %% ../nbs/01a_policy.ipynb #734fe285
+def _header_like(src:LeanCode, c) -> bool:
+    "Is command `c` a copy of a header line: `import M`, `set_option maxHeartbeats N` or `open …`, without modifiers or `… in`?"
+    k = src.head(c)
+    if c.prefixes or k != c.first: return False
+    if c.head == 'import': return c.last == k + 2 and src.toks[k + 1][0] == 'ident'
+    if c.head == 'set_option': return c.last == k + 3 and src.word(k + 1) == 'maxHeartbeats' and src.toks[k + 2][0] == 'num'
+    return c.head == 'open' and all(src.toks[i][0] == 'ident' for i in range(k + 1, c.last))   # names only: nothing swallowed
+
+def _prelude(src:LeanCode) -> list[int]:
+    "Indices of the leading commands that repeat the header."
+    out = []
+    for i, c in enumerate(src.cmds):
+        if c.head == '/-!': continue
+        if not _header_like(src, c): break
+        out.append(i)
+    return out
+
+_NOT_NL = re.compile(r'[^\n]')
+
+def _blank(text:str, spans) -> str:
+    "`text` with the characters of `spans` made blanks (line breaks kept); a line left blank by it becomes empty."
+    if not spans: return text
+    out, last, touched = [], 0, set()
+    for a, b in sorted(spans):
+        out += [text[last:a], _NOT_NL.sub(' ', text[a:b])]
+        touched.update(range(text.count('\n', 0, a), text.count('\n', 0, b) + 1))
+        last = b
+    lines = ''.join(out + [text[last:]]).split('\n')
+    for i in touched:
+        if not lines[i].strip(' '): lines[i] = ''
+    return '\n'.join(lines)
+
+def split_code(code:str) -> tuple[str, str]:
+    "Split `code` into the repeated header commands (`import`/`open`/`set_option maxHeartbeats`) and the body, those blanked."
+    src = LeanCode(code)
+    pre = [src.cmds[i] for i in _prelude(src)]
+    return '\n'.join(c.text(code) for c in pre), _blank(code, [(c.start, c.end) for c in pre])
+
+# %% ../nbs/01a_policy.ipynb #33553d5d
 RULES = [
     dict(rule='sorry', names=('sorry', 'admit', 'sorryAx', 'stop'), why='closes any goal without proving it (`stop` is `repeat sorry`)'),
     dict(rule='axiom', keywords=('axiom',), why='assumes what should be proved'),
@@ -83,26 +134,33 @@ RULES = [
     dict(rule='instance', keywords=('instance', 'default_instance', 'attribute', 'unif_hint'),
          why='a new instance (also `attribute [instance]`, a unification hint) can change what +, ≤ or / mean in the statement'),
     dict(rule='metaprogram', keywords=('run_cmd', 'run_elab', 'run_meta', 'run_tac', 'by_elab', '#eval', 'initialize', 'builtin_initialize',
-                                       'simproc', 'dsimproc', 'simproc_decl', 'dsimproc_decl', 'register_simp_attr', 'register_option'),
-         why='runs arbitrary code at elaboration time: can add unchecked declarations, set options, log fake messages'),
+                                       'simproc', 'dsimproc', 'simproc_decl', 'dsimproc_decl', 'register_simp_attr', 'register_option',
+                                       'run_io'),
+         why='runs arbitrary code at elaboration time: can add unchecked declarations, set options, log fake messages '
+             '(`run_io` is the Lake DSL\'s, in the environment through Mathlib\'s `Lake` import)'),
     dict(rule='exit', keywords=('#exit',), why='stops Lean: the rest of the file, our axiom check included, is never checked'),
-    dict(rule='hash_command', rejects='any #command but a trailing `#print axioms THEOREM`: #print "…", #guard_msgs, #check, …',
+    dict(rule='search', keywords=('apply?', 'exact?'),
+         why='library search: slow, and its answer is a suggestion, not the proof written (Goedel-Prover-V2 bans it)'),
+    dict(rule='hash_command', rejects='any #command but `#print axioms NAME` (allowed anywhere, removed before Lean runs): #print "…", #guard_msgs, #check, …',
          why='#guard_msgs swallows errors, #print "…" can imitate the axiom report; a proof needs none'),
     dict(rule='set_option', rejects='set_option NAME unless NAME is in policy["set_options"] (so debug.*, trace.*, …)',
          why='debug.skipKernelTC and similar options skip kernel checking; only harmless limits are allowed'),
-    dict(rule='search', keywords=('apply?', 'exact?'),
-         why='library search: slow, and its answer is a suggestion, not the proof written (Goedel-Prover-V2 bans it)'),
     dict(rule='definition', keywords=('def', 'abbrev', 'opaque', 'structure', 'class', 'inductive', 'irreducible_def', 'alias', 'example'),
-         why='a new definition can shadow a name the statement uses; helper lemmas need none'),
+         why='a new definition can shadow or overload a name the statement uses and is unfolded by decide/rfl/simp; '
+             'helper lemmas need none (a plain helper `def` too: see above)'),
     dict(rule='scope', keywords=('namespace', 'section', 'end', 'variable', 'variables', 'variable?', 'variable!', 'universe', 'export',
                                  'mutual', 'include', 'omit'),
          why='`variable(s)` adds hypotheses to the theorem (before Lean 4.11 whenever the proof uses one); scope commands inside a proof are commands'),
     dict(rule='import', keywords=('import',), why="the problem's header is the one used; a late import is an error anyway (leading ones are dropped)"),
-    dict(rule='lexer', rejects='an unterminated comment, string or «name»',
+    dict(rule='lexer', rejects='an unterminated comment, string, character or «name», a tab, a malformed numeral, a character no token begins with',
          why='Lean reports it as an error; the rest of the file would be read differently'),
-    dict(rule='toplevel', keywords=('theorem', 'lemma'), rejects='a top-level command outside the allow-list; an indented `theorem`/`lemma`',
+    dict(rule='toplevel', keywords=('theorem', 'lemma'),
+         rejects='a command outside the allow-list (whatever its column); a modifier or attribute but `@[simp]`, `private`, `protected`, '
+                 '`noncomputable`; a `… in` prefix but `open … in`/`set_option … in`; `theorem`/`lemma` where Lean does not start a command',
          why='deny by default: whatever a whole-proof prover does not need cannot be trusted not to change the statement'),
-    dict(rule='open', rejects='`open A in` before the theorem; `open A` before it opening what the header does not; `open … hiding/renaming/scoped`',
+    dict(rule='open', rejects='`open A in` before the theorem (also at the end of the line above); `open A` before it opening what the header '
+                              'does not; an `open` whose arguments are not all names (`hiding`, `renaming`, `scoped`, the lines it swallows); '
+                              'an `open`/`namespace` whose scoped notation (not opened by the header) changes how the text after it reads',
          why='an `open` that reaches the statement can change which constant a name in it denotes'),
     dict(rule='namespace', rejects='the theorem declared inside a `namespace`',
          why="inside `namespace N` the theorem is `N.name`, and the statement's names resolve in N first"),
@@ -113,13 +171,18 @@ for _r in RULES: _r.setdefault('rejects', ', '.join(_r.get('keywords', ()) + _r.
 _KEYWORDS = {w: r['rule'] for r in RULES for w in r.get('keywords', ())}
 _NAMES = {w: r['rule'] for r in RULES for w in r.get('names', ())}
 _WORDS = {**_KEYWORDS, **_NAMES}
+_RULE_WORDS = {r['rule'] for r in RULES if r.get('keywords') or r.get('names')} - {'toplevel'}   # rules whose detail is the word itself
 _LEAN_RULES = [
     dict(rule='lean_error', rejects='any error message', why='Lean did not accept the code'),
     dict(rule='lean_sorry', rejects="non-empty sorries, warning \"declaration uses 'sorry'\" (or `sorry`)", why='an unfinished proof'),
-    dict(rule='axioms', rejects='no report from OUR `#print axioms NAME` (matched by its position), or an axiom beyond policy["axioms"]',
+    dict(rule='axioms', rejects='no report from OUR `#print axioms _root_.NAME` (matched by its position and by the root name), or an axiom beyond policy["axioms"]',
          why="the kernel's account: the theorem exists under its name and assumes only the standard axioms"),
     dict(rule='lean_statement', rejects="the final theorem's type, read from Lean, differs from the reference statement elaborated in the header alone",
          why='a check that does not trust text: notation, instances or opens that change the statement show up as a different type'),
+    dict(rule='replay', rejects="a declaration the proof added that Lean's kernel rejects when replayed into the header's environment; "
+                                "the theorem not among them; its axioms or type, read from the replayed environment, not allowed or not the reference's",
+         why='a check that does not trust the environment Lean left: a declaration a metaprogram added unchecked '
+             '(`addDecl` without the kernel, `debug.skipKernelTC`, a forged environment) fails the kernel'),
 ]
 
 DEFAULT_POLICY = {
@@ -164,183 +227,253 @@ def allowed_axioms(policy:dict) -> set[str]:
     return set(policy['axioms']) | {a for r in RULES if not policy['rules'][r['rule']] for a in r.get('axioms', ())}
 
 # %% ../nbs/01a_policy.ipynb #433646ea
-_NAME_CHAR = re.compile(r"[\w'!?.]")
+def _shape(src:LeanCode, a:int, b:int) -> tuple:
+    "Tokens a..b of `src` as (text, glued to the token before) pairs; the first token's gluing is not part of it."
+    return tuple((src.word(k), k > a and src.glued(k)) for k in range(a, b))
 
-def _declarations(norm:str, name:str) -> list[int]:
-    "Offsets of `theorem NAME`/`lemma NAME` in whitespace-normalised code (found with str.find: this runs on every proof)."
-    out, i = [], norm.find(name)
-    while i >= 0:
-        end = i + len(name)
-        if not _NAME_CHAR.match(norm, end) if end < len(norm) else True:
-            for kw in ('theorem ', 'lemma '):
-                k = i - len(kw)
-                if k >= 0 and norm.startswith(kw, k) and (k == 0 or not _NAME_CHAR.match(norm, k - 1)): out.append(k)
-        i = norm.find(name, i + 1)
-    return out
-
-def _norm(text:str) -> str: return normalize_ws(text.replace(':=', ' := '))
-
-def _statement(problem:dict) -> str:
-    "The problem's statement up to and including `:=`, comments removed, whitespace normalised."
-    return _statement_of(problem['formal_statement'])
+def _declared(src:LeanCode, c) -> tuple[int, str]|None:
+    "(index of the keyword, name) of a `theorem`/`lemma` command, else None."
+    k = src.head(c)
+    if c.head in ('theorem', 'lemma') and k + 1 < c.last: return k, src.word(k + 1)
+    return None
 
 @lru_cache(maxsize=8192)
-def _name(statement:str) -> str|None: return theorem_name(statement)
+def _reference(formal_statement:str, opens:tuple=HEADER_OPENS) -> tuple:
+    "(name, token shape of the statement up to its final `:=`, its LeanCode, index of its keyword) of a problem's statement."
+    src = LeanCode(formal_statement, opens)
+    c = next((c for c in src.cmds if _declared(src, c)), None)
+    if c is None: return None, (), src, 0
+    k, name = _declared(src, c)
+    end = max((i for i in range(k, c.last) if src.word(i) == ':='), default=c.last)
+    return name, _shape(src, k, end), src, k
 
-@lru_cache(maxsize=8192)
-def _statement_of(formal_statement:str) -> str:
-    return re.sub(r'\s*:=\s*(?:by)?$', '', _norm(lean_code_only(formal_statement))) + ' :='
+def statement_name(formal_statement:str) -> str|None:
+    "The name of the theorem a problem's statement declares (as Lean's tokens read it)."
+    return _reference(formal_statement)[0]
 
-def check_statement(clean:str,  # the body, comments removed (`lean_code_only`)
-                    problem:dict, # a problem record: `formal_statement` ends with `:= by`
-                   ) -> str|None:
-    "None if `clean` declares the problem's theorem once with its exact statement (up to `:=`), else the reason."
-    name = _name(problem['formal_statement'])
+def _near(src:LeanCode, k:int) -> str:
+    return src.text[src.toks[k][1]:src.toks[k][1] + 30] if k < len(src.toks) else ''
+
+def check_statement(code:str, problem:dict, src:LeanCode|None=None) -> str|None:
+    "None if `code` declares the problem's theorem once with its exact statement (up to `:=`), else the reason."
+    src = src or LeanCode(code, problem_opens(problem))
+    name, want, ref, r0 = _reference(problem['formal_statement'], src.opens)
     if not name: raise BadInput(f"problem {problem.get('name')!r}: formal_statement declares no theorem")
-    stmt, norm = _statement(problem), _norm(clean)
-    hits = _declarations(norm, name)
-    if not hits: return f'statement: theorem {name} is not declared'
-    if len(hits) > 1: return f'statement: theorem {name} is declared {len(hits)} times'
-    i = hits[0]
-    if norm.startswith(stmt, i): return None
-    j = next((k for k, (a, b) in enumerate(zip(norm[i:], stmt)) if a != b), min(len(stmt), len(norm) - i))
-    return f"statement: theorem {name} differs from the problem at {norm[i+j:i+j+30]!r} (expected {stmt[j:j+30]!r})"
+    decls = [d[0] for c in src.cmds if (d := _declared(src, c)) and d[1] == name]
+    if not decls: return f'statement: theorem {name} is not declared'
+    if len(decls) > 1: return f'statement: theorem {name} is declared {len(decls)} times'
+    k = decls[0]
+    got = _shape(src, k, min(len(src.toks), k + len(want) + 1))
+    if got[:len(want)] == want and len(got) > len(want) and got[len(want)][0] == ':=': return None
+    j = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), len(want))
+    spacing = ' (a blank where the problem has none, or none where it has one)' if j < len(got) and j < len(want) and got[j][0] == want[j][0] else ''
+    return f"statement: theorem {name} differs from the problem at {_near(src, k + j)!r} (expected {_near(ref, r0 + j) if j < len(want) else ':='!r}){spacing}"
 
 # %% ../nbs/01a_policy.ipynb #23756ded
-_HEAD_IN = re.compile(r"(open)((?:\s+(?!in\b)[^\s()]+)+)\s+in\b\s*|(set_option)\s+(\S+)\s+(\S+)\s+in\b\s*")
-_HEAD_DECL = re.compile(r"(?:@\[\s*(simp)\s*\]\s*)?(?:(?:private|protected|noncomputable)\s+)*(?:theorem|lemma)\s+([^\s:({\[⦃]+)")
-_HEAD_OTHER = re.compile(r"(open)((?:\s+[^\s()]+)+)\s*$|(namespace)\s+\S+\s*$|(?:noncomputable\s+)?(section)(?:\s+\S+)?\s*$|(end)(?:\s+\S+)?\s*$"
-                         r"|(set_option)\s+(\S+)\s+\S+\s*$|(#print)\s+axioms\s+(\S+)\s*$")
-
-_COL0 = re.compile(r'^\S', re.M)
-_COMMENT_COL0 = re.compile(r'^(?:/-|--)', re.M)
-
-def _items(code:str, clean:str) -> list[tuple[int, int]]:
-    "(start, end) offsets in `clean` of the top-level items: each starts at a line with code in column 0."
-    heads = {m.start() for m in _COL0.finditer(clean)}
-    # a line that starts with a comment starts an item if code follows on it (`/- doc -/ theorem …`)
-    if commented := [code.count('\n', 0, m.start()) for m in _COMMENT_COL0.finditer(code)]:
-        lines = clean.split('\n'); offsets = list(itertools.accumulate((len(l) + 1 for l in lines), initial=0))
-        heads |= {offsets[i] for i in commented if lines[i].strip()}
-    first = len(clean) - len(clean.lstrip())
-    if first < len(clean): heads.add(clean.rfind('\n', 0, first) + 1)
-    starts = sorted(heads)
-    return list(zip(starts, starts[1:] + [len(clean)]))
-
-@lru_cache(maxsize=1024)
-def _header_opens(header:str) -> frozenset[str]:
-    return frozenset(w for line in lean_code_only(header).split('\n') if line.startswith('open ') for w in line.split()[1:])
-
-def _toplevel(code:str, clean:str, problem:dict, policy:dict):
-    "(first violation or None, validated spans, lines of a trailing `#print axioms`) for the top level of `clean`."
-    name, opens = _name(problem['formal_statement']), _header_opens(problem.get('header', ''))
-    ok, printed, scopes, seen_main, open_in, bad = [], [], [], False, None, []
-    items = _items(code, clean)
-    for k, (a, b) in enumerate(items):
-        text, line = clean[a:b], _line(clean, a)
-        i = len(text) - len(text.lstrip())
-        while m := _HEAD_IN.match(text, i):                  # `open A in`, `set_option X v in` prefixes
-            if m.group(3) and not _option_ok(m.group(4), policy['set_options']): bad.append(('set_option', f'{m.group(4)!r} at line {line} is not allowed'))
-            if m.group(1): open_in = line
-            ok.append((a + i, a + m.end())); i = m.end()
-        if d := _HEAD_DECL.match(text, i):
-            main = d.group(2) == name
-            if main and open_in: bad.append(('open', f'`open … in` at line {open_in} reaches the theorem'))
-            if main and (ns := [l for kind, l in scopes if kind == 'namespace']):
-                bad.append(('namespace', f'theorem {name} is declared inside the namespace opened at line {ns[-1]}'))
-            seen_main, open_in = seen_main or main, None
-            ok.append((a + i, a + d.end() - len(d.group(2))))
-            continue
-        if not text[i:].strip(): continue                     # a prefix alone on its line: it applies to the next item
-        o = _HEAD_OTHER.match(text, i)
-        if o is None or open_in:
-            bad.append(('toplevel', f'{text[i:].split()[0]!r} at line {line} is not allowed at the top level')); continue
-        if o.group(1):
-            words = set(o.group(2).split())
-            if {'hiding', 'renaming', 'scoped', '→'} & words or (words - opens and not seen_main):
-                bad.append(('open', f"`open{o.group(2).rstrip()}` at line {line}: before the theorem only the header's opens {sorted(opens)}"))
-                continue
-        elif o.group(3) or o.group(4): scopes.append((o.group(3) or o.group(4), line))
-        elif o.group(5) and scopes: scopes.pop()
-        elif o.group(6) and not _option_ok(o.group(7), policy['set_options']): continue   # left to the word scan
-        elif o.group(8):
-            trailing = all(clean[x:y].lstrip().startswith('#print') for x, y in items[k+1:])
-            if not (seen_main and trailing and o.group(9) in (name, f'_root_.{name}')): continue   # the word scan rejects it
-            printed.append(line)
-        ok.append((a + i, b))
-    return (bad[0] if bad else None), ok, printed
-
-# %% ../nbs/01a_policy.ipynb #8b14e0e4
-_TOKEN = re.compile(r"#?[\w'!?]+(?:\.[\w'!?]+)*")
-_OPEN_IN = re.compile(r"open(?:\s+(?!in\b)[^\s()]+)+\s+in\b")
-
-def _line(text:str, pos:int) -> int: return text.count('\n', 0, pos) + 1
+def _hit(hits:dict, rule:str, detail:str, pos:int):
+    "Note a violation of `rule` at `pos`; each rule keeps its first by position."
+    if rule not in hits or pos < hits[rule][0]: hits[rule] = (pos, detail)
 
 def _option_ok(opt:str, allowed) -> bool:
     return any(opt == a or (a.endswith('.') and opt.startswith(a)) for a in allowed)
 
-_SCAN_WORDS = sorted({*_WORDS, 'open', 'set_option'} - {w for w in _WORDS if w[0] == '#'})
-_B = r"[\w'!?]"
+def _plain(word:str) -> str: return word.replace('«', '').replace('»', '')    # `«debug».skipKernelTC` is `debug.skipKernelTC`
 
-@lru_cache(maxsize=None)
-def _word_re(w:str):
-    "Where `w` stands as a whole token: a keyword only as a name's first part, a name as any part of a dotted name."
-    before = rf"(?<!{_B})" if w in _NAMES else r"(?<![\w'!?.])"
-    return re.compile(before + re.escape(w) + rf"(?!{_B})")
+_CHECKS = {'theorem': 'decl', 'lemma': 'decl', 'open': 'open', 'namespace': 'scope', 'section': 'scope', 'end': 'end',
+           'set_option': 'option', '#print': 'print', '/-!': 'moddoc'}
+_MODIFIERS_OK = frozenset({'private', 'protected', 'noncomputable'})
 
-_HASH = re.compile(r"(?<![\w'!?.])#[\w'!?]+")
+# %% ../nbs/01a_policy.ipynb #2082521e
+class _TopLevel:
+    "The walk over a file's commands: what the allow-list admits (`ok`, token indices), `#print axioms` spans, violations into `hits`."
+    def __init__(self, src:LeanCode, problem:dict, policy:dict, hits:dict):
+        self.src, self.set_options, self.hits = src, policy['set_options'], hits
+        self.name, self.opens = statement_name(problem['formal_statement']), _header_opens(problem.get('header', ''))
+        self.ok, self.printed, self.scopes, self.seen_main = set(), [], [], False
 
-def _scan(clean:str, set_options) -> dict:
-    "The first hit of each word rule in `clean`: {rule: detail}."
-    found = []
-    for w in (w for w in _SCAN_WORDS if w in clean):          # substring tests at C speed; most proofs stop here
-        for m in _word_re(w).finditer(clean):
-            tok, rule = w, _WORDS.get(w)
-            if w == 'open':
-                if _OPEN_IN.match(clean, m.start()): continue
-                rule = 'open'
-            elif w == 'set_option':
-                nxt = _TOKEN.search(clean, m.end())
-                if _option_ok(opt := nxt.group() if nxt else '', set_options): continue
-                rule, tok = 'set_option', opt
-            found.append((m.start(), rule, tok))
-    if '#' in clean: found += [(m.start(), _KEYWORDS.get(m.group(), 'hash_command'), m.group()) for m in _HASH.finditer(clean)]
-    hits = {}
-    for pos, rule, tok in sorted(found):
-        if rule not in hits:
-            hits[rule] = f'{tok!r} at line {_line(clean, pos)}' + (' is not allowed' if rule in ('set_option', 'open') else '')
-    return hits
+    def run(self, skip) -> '_TopLevel':
+        for i, c in enumerate(self.src.cmds):
+            if i in skip: self.ok.update(range(c.first, c.last))      # the repeated header: dropped before Lean runs
+            else: self.command(c)
+        return self
 
-def _blank(text:str, spans) -> str:
-    "`text` with the characters of `spans` replaced by spaces (line breaks kept)."
-    out = list(text)
-    for a, b in spans:
-        for i in range(a, b):
-            if out[i] != '\n': out[i] = ' '
-    return ''.join(out)
+    def deny(self, word:str, pos:int, why:str='is not allowed at the top level'):
+        rule = _KEYWORDS.get(word) or ('hash_command' if word.startswith('#') else 'toplevel')
+        self.note(rule, f'{word!r} at line {self.src.line(pos)}' + ('' if rule in _RULE_WORDS else f' {why}'), pos)
+
+    def note(self, rule:str, detail:str, pos:int): _hit(self.hits, rule, detail, pos)
+
+    def command(self, c):
+        src, k = self.src, self.src.head(c)
+        if k is None: return self.deny(src.word(c.first), c.start)
+        main = (d := _declared(src, c)) is not None and d[1] == self.name
+        for a, b in c.prefixes: self.prefix(src.index(a), src.index(b), main)
+        self.modifiers(src.index(c.prefixes[-1][1]) if c.prefixes else c.first, k)
+        check = _CHECKS.get(c.head)
+        if check is None: return self.deny(c.head, c.head_start)
+        getattr(self, check)(c, k, main)
+
+    def prefix(self, i:int, j:int, main:bool):
+        "An `open … in` / `set_option … in` prefix, tokens i..j: only before a helper; an option on the allow-list."
+        w, pos = self.src.word(i), self.src.toks[i][1]
+        if w == 'open' and main: self.note('open', f'`open … in` at line {self.src.line(pos)} reaches the theorem', pos)
+        elif w == 'set_option' and not _option_ok(_plain(self.src.word(i + 1)), self.set_options):
+            self.note('set_option', f'{_plain(self.src.word(i + 1))!r} at line {self.src.line(pos)} is not allowed', pos)
+        elif w not in ('open', 'set_option'): return self.deny(w, pos, 'is not allowed as a `… in` prefix')
+        self.ok.update(range(i, j))
+
+    def modifiers(self, i:int, k:int):
+        "Tokens i..k before the keyword: a doc comment, `private`/`protected`/`noncomputable`, `@[simp]`; anything else is denied."
+        src = self.src
+        while i < k:
+            w = src.word(i)
+            if src.toks[i][0] == 'doc' or w in _MODIFIERS_OK: self.ok.add(i); i += 1
+            elif w == '@[' and i + 2 < k and src.word(i + 1) == 'simp' and src.word(i + 2) == ']': self.ok.update((i, i + 1, i + 2)); i += 3
+            else: self.deny(w, src.toks[i][1], 'is not an allowed modifier'); i += 1
+
+    # ---- the checks of each allowed command keyword
+    def decl(self, c, k:int, main:bool):
+        self.ok.update((k, k + 1))
+        if not main: return
+        if ns := [l for kind, l in self.scopes if kind == 'namespace']:
+            self.note('namespace', f'theorem {self.name} is declared inside the namespace opened at line {ns[-1]}', c.head_start)
+        self.seen_main = True
+
+    def open(self, c, k:int, main:bool):
+        src, pos = self.src, c.head_start
+        args = range(k + 1, c.last)
+        if bad := [i for i in args if src.toks[i][0] != 'ident']:
+            return self.note('open', f'`open` at line {src.line(pos)}: {src.word(bad[0])!r} (line {src.line(src.toks[bad[0]][1])}) is not a namespace', pos)
+        if not self.seen_main and (extra := {src.word(i) for i in args} - self.opens):
+            return self.note('open', f"`open {' '.join(sorted(extra))}` at line {src.line(pos)}: before the theorem only the header's opens {sorted(self.opens)}", pos)
+        self.ok.update(range(k, c.last))
+
+    def scope(self, c, k:int, main:bool):
+        if c.last - k > 2 or (c.head == 'namespace' and c.last - k != 2): return self.deny(self.src.word(min(k + 2, c.last - 1)), c.head_start)
+        self.scopes.append((c.head, self.src.line(c.head_start)))
+        self.ok.update(range(k, c.last))
+
+    def end(self, c, k:int, main:bool):
+        if c.last - k > 2: return self.deny(self.src.word(k + 2), c.head_start)
+        if self.scopes: self.scopes.pop()
+        self.ok.update(range(k, c.last))
+
+    def option(self, c, k:int, main:bool):
+        src, pos = self.src, c.head_start
+        if c.last - k != 3: return self.deny(src.word(min(k + 3, c.last - 1)) if c.last - k > 3 else 'set_option', pos)
+        if not _option_ok(_plain(src.word(k + 1)), self.set_options):
+            return self.note('set_option', f'{_plain(src.word(k + 1))!r} at line {src.line(pos)} is not allowed', pos)
+        self.ok.update(range(k, c.last))
+
+    def print(self, c, k:int, main:bool):
+        "`#print axioms NAME` is allowed anywhere (and removed before Lean runs); any other `#print` is a hash command."
+        src = self.src
+        if c.last - k != 3 or src.word(k + 1) != 'axioms' or src.toks[k + 2][0] != 'ident': return self.deny('#print', c.head_start)
+        self.printed.append((c.start, c.end))
+        self.ok.update(range(c.first, c.last))
+
+    def moddoc(self, c, k:int, main:bool): self.ok.add(k)
+
+# %% ../nbs/01a_policy.ipynb #8b14e0e4
+_NAMED = frozenset({'ident', 'keyword', 'name'})
+_SCAN = frozenset(_WORDS) | {'set_option', 'open'}
+_SPLIT = re.compile(r'«([^»]*)»|([^.«»`]+)')
+
+def _parts(word:str) -> list[str]:
+    "The parts of a dotted name or a name literal (`` `a.«b» `` has parts a, b)."
+    if '.' not in word and '«' not in word and '`' not in word: return [word]
+    return [a or b for a, b in _SPLIT.findall(word)]
+
+def _scan(src:LeanCode, ok:set, set_options, hits:dict):
+    "Note every rule word among the tokens the top-level walk did not validate."
+    text, toks, words = src.text, src.toks, src.words
+    # the few tokens that can matter, picked at C speed: rule words, `#…`, dotted names, «names», name literals
+    for k in [k for k, w in enumerate(words) if w in _SCAN or w[0] == '#' or '.' in w or '«' in w or '`' in w]:
+        kind, a, _ = toks[k]
+        if kind in _INERT or k in ok: continue
+        w = words[k]
+        if kind != 'name' and w in _KEYWORDS: _hit(hits, _KEYWORDS[w], f'{w!r} at line {src.line(a)}', a)
+        elif w == 'set_option': _inner_option(src, k, set_options, hits)
+        elif w == 'open': _inner_open(src, k, hits)
+        elif w[0] == '#' and w != '#[':
+            nxt = words[k + 1] if w == '#' and k + 1 < len(toks) and src.glued(k + 1) else ''
+            _hit(hits, 'hash_command', f'{w + nxt!r} at line {src.line(a)}', a)
+        if kind in _NAMED:
+            for p in _parts(w):
+                if p in _NAMES: _hit(hits, _NAMES[p], f'{p!r} at line {src.line(a)}', a)
+
+def _inner_option(src:LeanCode, k:int, set_options, hits:dict):
+    "`set_option NAME v in …` inside a declaration: NAME on the allow-list."
+    opt = _plain(src.word(k + 1)) if k + 1 < len(src.toks) else ''
+    if not _option_ok(opt, set_options):
+        _hit(hits, 'set_option', f'{opt!r} at line {src.line(src.toks[k][1])} is not allowed', src.toks[k][1])
+
+def _inner_open(src:LeanCode, k:int, hits:dict):
+    "`open A B in …` inside a declaration (a term's or a tactic's `open`); any other `open` there is denied."
+    j = k + 1
+    while j < len(src.toks) and src.toks[j][0] in ('ident', 'keyword') and src.word(j) != 'in': j += 1
+    if j == k + 1 or j >= len(src.toks) or src.word(j) != 'in':
+        _hit(hits, 'open', f"'open' at line {src.line(src.toks[k][1])} is not allowed", src.toks[k][1])
+
+def _scoped_notation(src:LeanCode, dropped:set, hits:dict):
+    "An `open`/`namespace` (outside the dropped header lines) of a namespace whose scoped tokens change how the text after it reads."
+    scoped = token_data()['scoped_tokens']
+    for k in [k for k, w in enumerate(src.words) if w in ('open', 'namespace') and k not in dropped]:
+        j = k + 1
+        while j < len(src.toks) and src.toks[j][0] in ('ident', 'keyword') and src.words[j] not in ('in', 'hiding', 'renaming'):
+            ns = _plain(src.words[j])
+            if {n for n in scoped if n == ns or n.endswith('.' + ns)} - set(src.opens) and not _same_after(src, k, ns):
+                pos = src.toks[k][1]
+                return _hit(hits, 'open', f"`{src.words[k]} {ns}` at line {src.line(pos)}: the scoped notation of {ns} makes Lean read the text "
+                                          f"after it otherwise than the header's tokens do", pos)
+            j += 1
+
+def _same_after(src:LeanCode, k:int, ns:str) -> bool:
+    "Does the text from token k read the same with the scoped tokens of `ns` (those Lean reads after the `open`) as without?"
+    a = src.toks[k][1]
+    ext = token_table(tuple(sorted(set(src.opens) | {n for n in token_data()['scoped_tokens'] if n == ns or n.endswith('.' + ns)})))
+    return [t for t in tokenize(src.text[a:], ext) if t[0] != 'comment'] == [(kind, b - a, e - a) for kind, b, e in src.toks[k:]]
+
+def _lexer(src:LeanCode, hits:dict):
+    "The first token Lean cannot read (`error` kind), named."
+    for kind, a, b in src.toks:
+        if kind == 'error': return _hit(hits, 'lexer', f'{_lex_error(src.text, a)} at line {src.line(a)}', a)
+
+def _lex_error(text:str, a:int) -> str:
+    for start, what in (('/-', 'unterminated comment'), ('"', 'unterminated string'), ('r"', 'unterminated raw string'),
+                        ('r#', 'unterminated raw string'), ("'", 'malformed character literal'), ('«', 'unterminated «name»'),
+                        ('`«', 'unterminated «name»'), ('\t', 'a tab (Lean: "tabs are not allowed")')):
+        if text.startswith(start, a): return what
+    return 'malformed numeral' if text[a].isdigit() else f'{text[a]!r} begins no token'
+
+# %% ../nbs/01a_policy.ipynb #4b7c63f0
+def _verdicts(src:LeanCode, problem:dict, policy:dict) -> tuple[list, list, list]:
+    "(the failing rules in table order as (rule, detail), spans of the repeated header, spans of `#print axioms` commands)."
+    skip, hits = set(_prelude(src)), {}
+    _lexer(src, hits)
+    _scoped_notation(src, {k for i in skip for k in range(src.cmds[i].first, src.cmds[i].last)}, hits)
+    walk = _TopLevel(src, problem, policy, hits).run(skip)
+    _scan(src, walk.ok, policy['set_options'], hits)
+    failed = []
+    for r in RULES:
+        rule = r['rule']
+        if not policy['rules'][rule]: continue
+        if rule == 'statement':
+            if reason := check_statement(src.text, problem, src): failed.append(('statement', reason.split(': ', 1)[1]))
+        elif rule in hits: failed.append((rule, hits[rule][1]))
+    return failed, [(src.cmds[i].start, src.cmds[i].end) for i in sorted(skip)], walk.printed
 
 def prepare(code:str,            # the extracted Lean code
             problem:dict,        # the problem record it claims to prove
             policy:dict|None=None, # a policy from `load_policy` (default: DEFAULT_POLICY)
            ) -> tuple[str|None, str]: # (None if the code may go to Lean else the reason, the body to send)
     "Pre-check `code` and build the body Lean checks."
-    policy = policy or DEFAULT_POLICY
-    pre, raw, clean, e = _split(code)
-    for i in pre: raw[i] = clean[i] = ''          # prelude lines are pure code: blanking them moves nothing else
-    body, clean = '\n'.join(raw), '\n'.join(clean)
-    violation, ok, printed = _toplevel(body, clean, problem, policy)
-    hits = _scan(_blank(clean, ok), policy['set_options'])
-    if e is not None: hits.setdefault('lexer', f'{e[0]} at line {_line(body, e[1])}')
-    if violation: hits[violation[0]] = violation[1]
-    lines = body.split('\n')
-    for l in printed: lines[l - 1] = ''
-    for r in RULES:
-        rule = r['rule']
-        if not policy['rules'][rule]: continue
-        if rule == 'statement':
-            if reason := check_statement(clean, problem): return reason, body
-        elif rule in hits: return f'{rule}: {hits[rule]}', body
-    return None, '\n'.join(lines)
+    src = LeanCode(code, problem_opens(problem))
+    failed, header, printed = _verdicts(src, problem, policy or DEFAULT_POLICY)
+    if failed:
+        also = f" (also: {', '.join(r for r, _ in failed[1:])})" if len(failed) > 1 else ''
+        return f'{failed[0][0]}: {failed[0][1]}{also}', _blank(code, header)
+    return None, _blank(code, header + printed)
 
 def precheck(code:str,            # the extracted Lean code
              problem:dict,        # the problem record it claims to prove

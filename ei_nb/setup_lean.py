@@ -12,7 +12,8 @@ from .core import BadInput, StageFailed
 # %% auto #0
 __all__ = ['LEAN_TOOLCHAIN', 'MATHLIB_URL', 'MATHLIB_COMMIT', 'REPL_URL', 'REPL_TAG', 'REPL_FLUSH_COMMIT', 'ELAN_INIT',
            'CHECK_HEADER', 'CHECK_THEOREM', 'toolchain_dir', 'elan_home', 'mathlib_olean', 'repl_binary', 'Step',
-           'repl_flushes', 'plan_setup', 'axioms_report', 'lean_selfcheck', 'setup_lean', 'setup_lean_cli']
+           'repl_flushes', 'plan_setup', 'replay_step', 'axioms_report', 'lean_selfcheck', 'setup_lean',
+           'setup_lean_cli']
 
 # %% ../nbs/setup_lean.ipynb #168e9486
 LEAN_TOOLCHAIN = 'leanprover/lean4:v4.9.0-rc1'
@@ -110,7 +111,18 @@ def plan_setup(project, # the Mathlib project folder (the config's `paths.lean_p
              f'commit {REPL_FLUSH_COMMIT[:7]}: the REPL flushes stdout after each reply'),
         Step('repl-build', lambda: _built(repl_binary(repl_dir), repl_dir/'REPL'/'Main.lean'), [(['lake', 'build'], repl_dir)],
              'the REPL binary'),
+        replay_step(repl_dir),
     ]
+
+# %% ../nbs/setup_lean.ipynb #50601546
+def replay_step(repl_dir) -> Step:
+    "The step that builds the kernel replay tool beside the REPL, at the REPL's toolchain."
+    from ei_nb.lean_replay import REPLAY_FILES, replay_binary, replay_dir, replay_sources
+    src, d = replay_sources(), replay_dir(Path(repl_dir).absolute())
+    same = lambda: all((d/f).is_file() and (d/f).read_bytes() == (src/f).read_bytes() for f in REPLAY_FILES)
+    return Step('replay-build', lambda: same() and _built(replay_binary(d), d/'EiReplay.lean'),
+                [(['mkdir', '-p', str(d)], None), (['cp', *(str(src/f) for f in REPLAY_FILES), str(d)], None), (['lake', 'build'], d)],
+                f'ei-replay, the kernel replay of what a proof added, built at {d}')
 
 # %% ../nbs/setup_lean.ipynb #25fa6b0b
 def axioms_report(reply:dict, name:str='t') -> str|None:

@@ -4,20 +4,22 @@
 
 # %% ../nbs/01a_verifier.ipynb #4d5a6c11
 from __future__ import annotations
-import json, threading, time
+import json, shutil, tempfile, threading, time, uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Iterable, Iterator
-from .core import BadInput, StageFailed, atomic_write_json, sha256_json, theorem_name
-from .policy import extract_code, load_policy, prepare
+from .core import BadInput, StageFailed, atomic_write_json, sha256_json
+from .policy import extract_code, load_policy, prepare, statement_name
 from .lean_reply import (MESSAGE_CAP, MESSAGE_FIELDS, HeaderStall, LeanError, axioms_line, judge, lean_messages, probed_type,
                               reference_text, with_axioms)
+from .lean_replay import ReplayError, header_imports, replay_verdict
 
 # %% auto #0
 __all__ = ['CACHE_VERSION', 'cache_key', 'VerdictCache', 'Verifier']
 
 # %% ../nbs/01a_verifier.ipynb #cceb51cf
-CACHE_VERSION = 3  # bump when the verdict logic changes, so old verdicts are not reused (3: Lean's messages kept)
+CACHE_VERSION = 4  # bump when the verdict logic changes, so old verdicts are not reused (3: Lean's messages kept;
+                   # 4: issue 28: the pre-check on Lean's tokens and commands, `#print axioms _root_.NAME`, the kernel replay)
 
 def cache_key(problem:dict, code:str, policy:dict, identity) -> str:
     "sha256 of everything a verdict depends on."
@@ -37,14 +39,17 @@ class VerdictCache:
 
 # %% ../nbs/01a_verifier.ipynb #d86ab2d7
 class Verifier:
-    "Extraction → pre-check → cache → Lean → judge, for one sample or a stream of them."
+    "Extraction → pre-check → cache → Lean → judge → statement → kernel replay, for one sample or a stream of them."
     def __init__(self, backend=None, policy:dict|None=None, cache:VerdictCache|None=None, workers:int=1, timeout:float=300,
-                 statement_check:bool=False):
+                 statement_check:bool=False, replay=None):
         self.backend, self.policy, self.cache, self.workers, self.timeout = backend, policy or load_policy(), cache, max(1, workers), timeout
         self.statement_check, self._references = statement_check and backend is not None, {}
         self.identity = backend.identity if backend else {'backend': 'none'}
         if self.statement_check: self.identity = {**self.identity, 'statement_check': True}
-        self.stats, self._lock, self._pool = dict.fromkeys(('lean_runs', 'cache_hits', 'reference_runs'), 0), threading.Lock(), None
+        self.replay = replay if backend is not None and getattr(backend, 'pickles', None) else None
+        if self.replay: self.identity = {**self.identity, 'replay': self.replay.identity}
+        self.stats, self._lock, self._pool = dict.fromkeys(('lean_runs', 'cache_hits', 'reference_runs', 'replays'), 0), threading.Lock(), None
+        self._pickles = None
 
     def _lines(self, header:str, sent:str, line:int) -> set[int]:
         "`line` of `sent` in the reply's coordinates (a backend may prepend the header)."
@@ -72,30 +77,55 @@ class Verifier:
         "(verdict, reason, the extracted code, extra record fields: Lean's messages)"
         code = extract_code(sample['completion'])
         if code is None: return 'no_code', 'no closed ```lean4 or ```lean block', None, {}
+        try: return self._verdict(problem, code)
+        except (HeaderStall, ReplayError) as e: raise StageFailed(f'verifier: {e}') from None
+        except LeanError as e: return 'error', str(e)[:500], code, {}
+        except Exception as e: return 'error', f'internal: {type(e).__name__}: {str(e)[:300]}', code, {}
+
+    def _verdict(self, problem:dict, code:str) -> tuple[str, str|None, str|None, dict]:
+        "The layers after extraction, for one sample; a verdict from Lean is cached."
         reason, body = prepare(code, problem, self.policy)
         if reason: return 'fail', reason, code, {'messages': [{'severity': 'error', 'rule': reason.split(':')[0], 'text': reason}]}
         if self.backend is None: return 'unchecked', None, code, {}
         key = cache_key(problem, code, self.policy, self.identity)
         if self.cache and (hit := self.cache.get(key)):
             self._count('cache_hits'); return hit['verdict'], hit['reason'], code, {k: hit[k] for k in MESSAGE_FIELDS if k in hit}
-        name = theorem_name(problem['formal_statement'])
+        verdict, reason, extra = self._lean(problem, body)
+        if self.cache: self.cache.put(key, verdict, reason, extra)
+        return verdict, reason, code, extra
+
+    def _lean(self, problem:dict, body:str) -> tuple[str, str|None, dict]:
+        "Lean's verdict on `body`: its reply judged, then the statement as Lean reads it, then the kernel replay."
+        name, header = statement_name(problem['formal_statement']), problem['header']
         self._count('lean_runs')
-        sent = with_axioms(body, name, probe=self.statement_check)
-        extra = {}
+        sent, pickle = with_axioms(body, name, probe=self.statement_check), self._pickle_path()
         try:
-            reply = self.backend.run(problem['header'], sent, self.timeout)
-            verdict, reason = judge(reply, name, self.policy, self._lines(problem['header'], sent, axioms_line(sent)))
-            if verdict == 'fail': extra = self._messages(reply, problem['header'], sent, body)
+            reply = self.backend.run(header, sent, self.timeout, **({'pickle_to': str(pickle)} if pickle else {}))
+            verdict, reason = judge(reply, name, self.policy, self._lines(header, sent, axioms_line(sent)))
+            extra = self._messages(reply, header, sent, body) if verdict == 'fail' else {}
             if verdict == 'pass' and self.statement_check:
-                got, want = probed_type(reply, self._lines(problem['header'], sent, axioms_line(sent) + 1)), self.reference_type(problem)
+                got, want = probed_type(reply, self._lines(header, sent, axioms_line(sent) + 1)), self.reference_type(problem)
                 if got != want:
                     verdict, reason = 'fail', ('lean_statement: the type of the final theorem, read from Lean, differs from the reference '
                                                f'statement elaborated in the header alone: {str(got)[:120]!r} vs {want[:120]!r}')
-        except HeaderStall as e: raise StageFailed(f'verifier: {e}') from None
-        except LeanError as e: return 'error', str(e)[:500], code, {}
-        except Exception as e: return 'error', f'internal: {type(e).__name__}: {str(e)[:300]}', code, {}
-        if self.cache: self.cache.put(key, verdict, reason, extra)
-        return verdict, reason, code, extra
+            if verdict == 'pass' and pickle: verdict, reason = self._replayed(problem, name, pickle)
+        finally:
+            if pickle: pickle.unlink(missing_ok=True)
+        return verdict, reason, extra
+
+    def _pickle_path(self) -> Path|None:
+        "A fresh file name in this verifier's private folder for what a proof added (None without the replay)."
+        if not self.replay: return None
+        with self._lock:
+            if self._pickles is None: self._pickles = Path(tempfile.mkdtemp(prefix='ei-replay-'))
+        return self._pickles/f'{uuid.uuid4().hex}.olean'
+
+    def _replayed(self, problem:dict, name:str, pickle:Path) -> tuple[str, str|None]:
+        "The verdict of the kernel replay of what the passing proof added."
+        if not pickle.is_file(): raise LeanError('replay: Lean wrote no file of what the proof added')
+        self._count('replays')
+        answer = self.replay.check(pickle, name, header_imports(problem['header']), self.timeout, self.backend.pickles)
+        return replay_verdict(answer, name, self.policy, self.reference_type(problem) if self.statement_check else None)
 
     def _messages(self, reply:dict, header:str, sent:str, body:str) -> dict:
         "Lean's messages about the proof, as verdict record fields (`messages`, and the cap with what it cut)."
@@ -129,10 +159,12 @@ class Verifier:
             for f in pending: f.cancel()
 
     def close(self):
-        "Stop the workers and the Lean processes (running checks end as `error`)."
+        "Stop the workers, the Lean processes and the replay tools (running checks end as `error`)."
         if self._pool: self._pool.shutdown(wait=False, cancel_futures=True)
         if self.backend: self.backend.close()
+        if self.replay: self.replay.close()
         if self._pool: self._pool.shutdown(wait=True); self._pool = None
+        if self._pickles: shutil.rmtree(self._pickles, ignore_errors=True); self._pickles = None
 
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()

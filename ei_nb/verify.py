@@ -4,13 +4,14 @@
 
 # %% ../nbs/01a_verify.ipynb #a8ffe989
 from __future__ import annotations
-import dataclasses, importlib, os, shlex, time
+import dataclasses, importlib, math, os, shlex, time
 from pathlib import Path
 from .core import VERDICTS, BadInput, RecordError, check_output, iter_jsonl, read_problems, read_samples, write_records
 from .cli import parser, say, nonneg_int, positive_int, positive_float
 from .policy import load_policy
 from .lean_backends import LeanBackend, ReplPool, ServerBackend
 from .verifier import VerdictCache, Verifier
+from .lean_replay import ReplayPool, default_replay_bin, replay_skipped
 from .known import known_proof_verifier
 
 # %% auto #0
@@ -40,6 +41,9 @@ class VerifierSettings:
     margin:float=60                  # server: seconds of HTTP timeout beyond `timeout`
     busy_retries:int=5               # server: rounds of retries after HTTP 429, with exponential back-off
     statement_check:bool=True        # Lean backends: compare the final theorem's type with the reference statement's (one extra run per problem)
+    replay:bool=True                 # repl, lean: replay what each passing proof added through the kernel (`ei-replay`, 01a_lean_replay)
+    replay_cmd:list|None=None        # the replay tool's command (default `lake env $EI_REPLAY_BIN`, else the tool beside $EI_REPL_BIN's REPL)
+    replay_workers:int|None=None     # replay tool processes; default: one per four workers
 
     @classmethod
     def from_dict(cls, d:dict, where:str='verifier settings') -> 'VerifierSettings':
@@ -124,8 +128,20 @@ def make_verifier(settings='none',     # a `VerifierSettings`, a dict of setting
     s = VerifierSettings.from_dict(base)
     made = backend_factory(s.backend)(s)
     if isinstance(made, Verifier): return made
-    return Verifier(made, load_policy(s.policy), VerdictCache(s.cache_dir) if s.cache_dir else None,
-                    s.workers or os.cpu_count() or 1, s.timeout, s.statement_check)
+    policy = load_policy(s.policy)
+    return Verifier(made, policy, VerdictCache(s.cache_dir) if s.cache_dir else None,
+                    s.workers or os.cpu_count() or 1, s.timeout, s.statement_check, _replay_pool(s, made, policy))
+
+def _replay_pool(s:VerifierSettings, backend, policy:dict) -> ReplayPool|None:
+    "The replay tools for a back-end that can hand over what a proof added; None, said on stderr, where passes go unreplayed."
+    if not s.replay or backend is None: return None
+    if not getattr(backend, 'pickles', None):
+        say(f'verify: back-end {s.backend!r} cannot hand over the environment a proof built: its passes are NOT replayed through the kernel')
+        return None
+    if why := replay_skipped(policy): say(f'verify: {why}'); return None
+    workers = s.replay_workers or max(1, math.ceil((s.workers or os.cpu_count() or 1) / 4))
+    return ReplayPool(s.replay_cmd or ['lake', 'env', default_replay_bin()], s.project, workers, s.mem_mb,
+                      first_timeout=s.header_timeout or max(600, s.timeout))
 
 # %% ../nbs/01a_verify.ipynb #e63ced6e
 def _parser():
@@ -148,6 +164,9 @@ def _parser():
     p.add_argument('--known-proofs', help='known-proof file (backend known)')
     p.add_argument('--repl-cmd', help='the REPL command, shell-quoted (default: lake env $EI_REPL_BIN, repl)')
     p.add_argument('--lean-cmd', help='the `lean --json` command, shell-quoted (default: lake env lean --json)')
+    p.add_argument('--no-replay', action='store_true', help='do not replay passing proofs through the kernel (repl, lean)')
+    p.add_argument('--replay-cmd', help='the replay tool command, shell-quoted (default: lake env $EI_REPLAY_BIN); '
+                   'a missing or crashing tool stops the run with exit 3')
     return p
 
 def verify_cli(argv:list[str]) -> dict:
@@ -160,7 +179,8 @@ def verify_cli(argv:list[str]) -> dict:
         if s['name'] not in problems: raise RecordError(a.samples, line, 'name', f"unknown problem {s['name']!r} (not in {a.problems})")
     kw = {k: v for k, v in dict(mem_mb=a.mem_mb, max_uses=a.max_uses, header_timeout=a.header_timeout, stdout_mode=a.stdout_mode,
                                 known_proofs=a.known_proofs, repl_cmd=a.repl_cmd and shlex.split(a.repl_cmd),
-                                lean_cmd=a.lean_cmd and shlex.split(a.lean_cmd)).items() if v is not None}
+                                lean_cmd=a.lean_cmd and shlex.split(a.lean_cmd), replay=False if a.no_replay else None,
+                                replay_cmd=a.replay_cmd and shlex.split(a.replay_cmd)).items() if v is not None}
     cache = a.cache_dir or (None if a.backend in ('none', 'known') else Path(a.out).parent/'verdict_cache')
     counts, done, t0, last = {'n': len(samples), **dict.fromkeys(VERDICTS, 0)}, {}, time.time(), time.time()
     with make_verifier(a.backend, a.project, a.workers, a.timeout, a.endpoint, a.policy, cache, **kw) as v:

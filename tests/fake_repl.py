@@ -28,13 +28,30 @@ It misbehaves on request; directives are read from the command text (the verifie
   FAKE:qualified=P the report names P.NAME       FAKE:replerror  a REPL-level {"message": ...} reply
   FAKE:nullend     a warning whose endPos is null FAKE:u2028     (lean mode) a message holding U+2028 and U+2029
   FAKE:retype      the statement probe reports another type for the theorem than for the reference
+`{"pickleTo": PATH, "env": N}` (the REPL's `PickleEnvironment`, REPL/Main.lean `pickleCommandSnapshot` at v4.9.0-rc1:
+reply `{"env": N}`, or `{"message": "Unknown environment."}`) writes a PICKLE STAND-IN, JSON read by
+tests/fake_replay.py: the header's imports (`Init` first, as `headerToImports` puts it) and the constants the env's
+proofs added, faked from their text (each `theorem`/`lemma` a theorem whose type is what the statement probe reports,
+using the standard axioms). `--lean` with `-o PATH` (lean's olean output) writes the same stand-in for the file.
+Directives that forge the pickled environment (the REPL's own replies stay a clean pass: it was fooled):
+  FAKE:addfalse     a theorem `false : False` whose value is `False` (lean4checker's AddFalse), used by the theorem
+  FAKE:addctor      a constructor `False.intro` with no inductive replayed, used by the theorem (SafeVerify's addFalseConstr)
+  FAKE:lonector     the same constructor, used by nothing (lean4checker's AddFalseConstructor)
+  FAKE:replaceaxiom the theorem type checks only against a forged `propext : False` (SafeVerify's replaceAxiom)
+  FAKE:skipkernel   the theorem's value does not have its type (added with debug.skipKernelTC / without the kernel)
+  FAKE:hideaxiom    an axiom `cheat` in the added constants, used by the theorem, missing from the REPL's report
+  FAKE:notadded     the theorem is not among the added constants    FAKE:otherimports  the pickle's imports differ
+  FAKE:replaytype   the replayed theorem has another type           FAKE:nativedecide  the value needs compiled code
+  FAKE:unsafehelper the theorem uses an `unsafe` helper (skipped by the replay)
+  FAKE:nopickle     answer `{"env": N}` without writing the file
+  FAKE:replaycrash, FAKE:replaygarbage, FAKE:replayhang, FAKE:replayerror   the fake replay tool misbehaves on it
 A line `#eval … Lean.getConstInfo `X).type.dbgToString …` (the verifier's statement probe) is answered with an info
 message "ei-statement-type: (fake) TEXT", TEXT the declaration of X between its name and `:=`, whitespace normalised.
 Otherwise the reply is a clean pass: one info message "'NAME' depends on axioms: [propext, ...]"
 on the line of `#print axioms NAME`.
 
 A header containing `import Broken` fails to import (an error message, as Lean reports it).
-Options: --log FILE (appends `start PID` and `cmd PID` lines), --header-delay S, --hang-on-header,
+Options: --log FILE (appends `start PID`, `cmd PID` and `pickle PID` lines), --header-delay S, --hang-on-header,
 --die-after N (crash on the N-th proof), --no-flush, --lean (act as `lean --json FILE`, FILE the last argument).
 """
 import itertools, json, mmap, os, re, sys, time
@@ -72,7 +89,7 @@ def pretty(v) -> str: return _render(v, 0)
 def _axiom_line(text):
     for i, line in enumerate(text.split('\n'), 1):
         m = re.match(r'\s*#print\s+axioms\s+(\S+)', line)
-        if m: return i, m.group(1)
+        if m: return i, m.group(1).removeprefix('_root_.')     # Lean prints the name it resolved
     return None, None
 
 def _line_of(text, what):
@@ -113,15 +130,58 @@ def reply_for(text, env=None, next_state=0):
         msgs.append(_msg('info', line, f"'{shown}' depends on axioms: [{', '.join(AXIOMS + extra + tainted)}]", 0, 6))
     for i, l in enumerate(text.split('\n'), 1):    # the verifier's statement probe: "the type Lean holds", faked from the text
         if (p := re.match(r'#eval .*Lean\.getConstInfo `(\S+)\)\.type\.dbgToString', l)):
-            d = re.search(r'(?:theorem|lemma)\s+' + re.escape(p.group(1)) + r'(?![\w\'.])(.*?):=', text, re.S)
-            if d is None: msgs.append(_msg('error', i, f"unknown constant '{p.group(1)}'")); continue
-            typ = ' '.join(re.sub(r'--[^\n]*|/-.*?-/', ' ', d.group(1), flags=re.S).split())
-            if 'FAKE:retype' in text and p.group(1) != 'ei_reference_statement': typ += ' [elaborated differently]'
-            msgs.append(_msg('info', i, f'ei-statement-type: (fake) {typ}', 0, 5))
+            typ = fake_type(text, p.group(1))
+            if typ is None: msgs.append(_msg('error', i, f"unknown constant '{p.group(1)}'")); continue
+            msgs.append(_msg('info', i, f'ei-statement-type: {typ}', 0, 5))
     reply = {'env': env} if env is not None else {}
     if msgs: reply['messages'] = msgs
     if sorries: reply['sorries'] = sorries
     return reply
+
+def fake_type(text, name):
+    "The type of theorem NAME as the fake reports it (the probe and the pickle stand-in): its statement's text, normalised."
+    d = re.search(r'(?:theorem|lemma)\s+' + re.escape(name) + r'(?![\w\'.])(.*?):=', text, re.S)
+    if d is None: return None
+    typ = '(fake) ' + ' '.join(re.sub(r'--[^\n]*|/-.*?-/', ' ', d.group(1), flags=re.S).split())
+    return typ + (' [elaborated differently]' if 'FAKE:retype' in text and name != 'ei_reference_statement' else '')
+
+# ---------------------------------------------------------------- the pickle stand-in
+def header_imports(header):
+    "The imports of a header command, as the REPL's environment records them (`Init` first)."
+    return ['Init'] + re.findall(r'^\s*import\s+(\S+)', header, re.M)
+
+def added_constants(text):
+    "The constants a proof command adds, faked from its text, with the forgeries its directives ask for."
+    main = _axiom_line(text)[1]
+    out = [{'name': n, 'kind': 'thm', 'type': fake_type(text, n), 'value_type': fake_type(text, n), 'uses': list(AXIOMS)}
+           for n in dict.fromkeys(re.findall(r'(?:theorem|lemma)\s+([^\s:(\[{]+)', text))]
+    m = next((c for c in out if c['name'] == main), None)
+    if m is None: return out
+    if 'FAKE:addfalse' in text:
+        out.append({'name': 'false', 'kind': 'thm', 'type': 'False', 'value_type': 'Prop', 'uses': []}); m['uses'].append('false')
+    if 'FAKE:addctor' in text:
+        out.append({'name': 'False.intro', 'kind': 'ctor', 'induct': 'False', 'type': 'False'}); m['uses'].append('False.intro')
+    if 'FAKE:lonector' in text: out.append({'name': 'False.intro', 'kind': 'ctor', 'induct': 'False', 'type': 'False'})
+    if 'FAKE:replaceaxiom' in text: m['assumes'] = {'propext': 'False'}
+    if 'FAKE:skipkernel' in text: m['value_type'] = 'False'
+    if 'FAKE:hideaxiom' in text:
+        out.append({'name': 'cheat', 'kind': 'axiom', 'type': m['type']}); m['uses'].append('cheat')
+    if 'FAKE:replaytype' in text: m['type'] = m['value_type'] = m['type'] + ' [forged]'
+    if 'FAKE:nativedecide' in text: m['reduce_bool'] = 'foo'
+    if 'FAKE:unsafehelper' in text:
+        out.append({'name': 'helper_unsafe', 'kind': 'defn', 'type': 'Nat', 'value_type': 'Nat', 'unsafe': True}); m['uses'].append('helper_unsafe')
+    if 'FAKE:notadded' in text: out.remove(m)
+    return out
+
+def write_pickle(path, imports, texts):
+    "Write the stand-in of the environment the commands `texts` built on the header's `imports`."
+    text = '\n'.join(texts)
+    if 'FAKE:nopickle' in text: return
+    data = {'ei_fake_pickle': 1, 'imports': imports + (['Evil'] if 'FAKE:otherimports' in text else []),
+            'constants': [c for t in texts for c in added_constants(t)]}
+    for what in ('crash', 'garbage', 'hang', 'error'):
+        if f'FAKE:replay{what}' in text: data['fake_tool'] = what
+    with open(path, 'w', encoding='utf-8') as f: json.dump(data, f, ensure_ascii=False)
 
 # ---------------------------------------------------------------- output, buffered like C stdio when asked
 class Out:
@@ -175,6 +235,8 @@ def lean_main(argv):
     a = action(text)
     if a: misbehave(a, out)
     reply = reply_for(text)
+    if '-o' in argv and not any(m['severity'] == 'error' for m in reply.get('messages', []) if isinstance(m, dict)):
+        write_pickle(argv[argv.index('-o') + 1], header_imports(text), [text])     # the file: the header, then the proof
     if 'message' in reply: out.write(('not json: ' + reply['message'] + '\n').encode()); return 0
     msgs = reply.get('messages', [])
     if not isinstance(msgs, list): out.write(b'garbage\n'); return 0
@@ -188,6 +250,7 @@ def main(argv):
     die_after = _opt(argv, '--die-after', 0, int)
     _log(log, 'start')
     out, n_env, n_proofs, n_states, block = Out('--no-flush' in argv), 0, 0, 0, []
+    envs = {}                                            # env id -> (header imports, the texts of the commands it holds)
     try:
         for line in itertools.chain(sys.stdin, ['\n']):      # end of input ends the last command too
             if line.strip(): block.append(line); continue
@@ -199,10 +262,14 @@ def main(argv):
                 out.flush()
                 sys.stderr.write('uncaught exception: ' + json.dumps({'message': f'Could not parse as a valid JSON command:\n{e}'}) + '\n')
                 return 1
-            _log(log, 'cmd')
-            if 'env' not in cmd:
+            _log(log, 'pickle' if 'pickleTo' in cmd else 'cmd')
+            if 'pickleTo' in cmd:
+                if cmd.get('env') not in envs: reply = {'message': 'Unknown environment.'}
+                else: write_pickle(cmd['pickleTo'], *envs[cmd['env']]); reply = {'env': cmd['env']}
+            elif 'env' not in cmd:
                 if '--hang-on-header' in argv: misbehave('hang', out)
                 time.sleep(delay)
+                envs[n_env] = (header_imports(cmd.get('cmd', '')), [])
                 reply, n_env = {'env': n_env}, n_env + 1
                 if 'import Broken' in cmd.get('cmd', ''): reply['messages'] = [_msg('error', 1, "unknown package 'Broken'")]
             elif not isinstance(cmd['env'], int) or cmd['env'] >= n_env:
@@ -215,6 +282,8 @@ def main(argv):
                 if a == 'garbage': continue
                 reply = reply_for(cmd.get('cmd', ''), n_env, n_states)
                 n_states += len(reply.get('sorries', [])) if isinstance(reply.get('sorries'), list) else 0
+                imports, texts = envs[cmd['env']]
+                envs[n_env] = (imports, texts + [cmd.get('cmd', '')])
                 n_env += 1
             out.write((pretty(reply) + '\n\n').encode())
     finally:

@@ -56,6 +56,10 @@ KEEP_T = (PIN + 'test_build_sft_rows_default_keeps_the_four_shortest_distinct_pr
 MASK_T = (PIN + 'test_loss_mask_is_the_completion_of_each_packed_row', PIN + 'test_completion_loss_is_the_cross_entropy_of_completion_tokens')
 AVG_T = ('tests/test_average.py -k "test_bit_exact and 0.7 and BF16 or test_weights_zero_and_one or test_kernels_and_io"',)
 PRE_T = ('tests/test_verify.py -k "precheck or dsv2 or judge"',)
+TOK, VERI, REPL_NB = 'nbs/lean_tokens.ipynb', 'nbs/01a_verifier.ipynb', 'nbs/01a_lean_replay.ipynb'
+L28_T = ('tests/test_policy_lean28.py',)
+REP_T = ('tests/test_lean_replay.py -k "forged or crashing or protocol or honest"',)
+VER_T = ('tests/test_verify.py -k "root_name or judge"',)
 CHAIN_T = (PIN + 'test_chain_hash_changes_with_each_stage_seed',)
 CONJ, CONJ_T = 'nbs/00b_conjecture.ipynb', ('tests/test_conjectures.py::test_only_new_faithful_provable_conjectures_enter_the_pool',
                                             'tests/test_conjectures.py::test_a_later_round_never_conjectures_an_earlier_conjecture_again')
@@ -155,16 +159,45 @@ MUTANTS = [
     # ---- pre-check rules (01a_policy) and the verdict of Lean's reply (01a_lean_reply)
     M('precheck-skips-statement', POL, "if rule == 'statement':", "if rule == 'statement' and False:",
       'a proof of another statement reaches Lean', *PRE_T, NB),
-    M('precheck-hash-print-only', POL, "for m in _HASH.finditer(clean)]",
-      "for m in _HASH.finditer(clean) if m.group() in _KEYWORDS or m.group().startswith('#print')]",
-      '#guard_msgs and other #commands pass the pre-check', *PRE_T, NB),
-    M('statement-prefix-only', POL, 'if norm.startswith(stmt, i): return None',
-      'if norm.startswith(stmt[:len(stmt) // 2], i): return None', 'a changed statement tail is accepted', *PRE_T, NB),
+    M('precheck-hash-commands-allowed', POL, "'set_option': 'option', '#print': 'print', '/-!': 'moddoc'}",
+      "'set_option': 'option', '#print': 'print', '/-!': 'moddoc', '#check': 'moddoc', '#guard_msgs': 'moddoc'}",
+      '#check and #guard_msgs commands pass the pre-check', *L28_T, NB),
+    M('statement-prefix-only', POL, "if got[:len(want)] == want and len(got) > len(want) and got[len(want)][0] == ':=': return None",
+      "if got[:len(want) // 2] == want[:len(want) // 2]: return None", 'a changed statement tail is accepted', *PRE_T, NB),
+    M('statement-ignores-blanks', POL, "return tuple((src.word(k), k > a and src.glued(k)) for k in range(a, b))",
+      "return tuple((src.word(k), False) for k in range(a, b))", '`a[i]` and `a [i]` (two statements to Lean) compare equal', *L28_T, NB),
+    M('open-in-reaches-theorem', POL, "if w == 'open' and main:", "if w == 'open' and False:",
+      '`open … in` (also glued to the line above) reaches the statement', *L28_T, NB),
+    M('print-axioms-sent', POL, "return None, _blank(code, header + printed)", "return None, _blank(code, header)",
+      "the candidate's own #print axioms is sent to Lean beside ours", *L28_T, NB),
+    M('scoped-open-allowed', POL, "if {n for n in scoped if n == ns or n.endswith('.' + ns)} - set(src.opens) and not _same_after(src, k, ns):",
+      "if False:", 'an `open` whose scoped notation makes Lean read the rest otherwise passes', *L28_T, NB),
+    M('scoped-tokens-everywhere', POL, "self.opens, self.table = tuple(opens), token_table(tuple(opens))",
+      "self.opens, self.table = tuple(opens), token_table(__import__('ei_nb.lean_tokens').lean_tokens._opens_in(text))",
+      'scoped tokens read from an `open` anywhere in the text, also before it (and from a dropped header line)', *L28_T, NB),
     M('judge-one-sorry-ok', REPLY, "if sorries: return 'fail'", "if len(sorries) > 1: return 'fail'", 'one sorry passes', *PRE_T, NB),
     M('judge-fake-report', REPLY, "if len(mine) > 1: return 'fail'", "if len(mine) > 2: return 'fail'",
       'a faked second axiom report passes', PIN + 'test_judge_fails_when_two_axiom_reports_sit_at_the_appended_line', *PRE_T, NB),
     M('judge-any-axiom', REPLY, 'if a not in allowed_axioms(policy or DEFAULT_POLICY)]', "if a == 'sorryAx']",
       'non-standard axioms pass', *PRE_T, NB),
+    M('judge-qualified-name', REPLY, "and x.group(1) == name]", "and (x.group(1) == name or x.group(1).endswith('.' + name))]",
+      'a report about `Foo.NAME` counts for the root NAME the probe and the replay inspect', *VER_T, NB),
+    # ---- the tokens the pre-check reads (lean_tokens): Lean ends a numeral, a character, a declared token where Lean does
+    M('tokens-glued-numeral', TOK, 'r"[0-9]+(?:\\.[0-9]*)?(?:[eE][+-]?[0-9]+)?"', 'r"[0-9]+(?:\\.[0-9]*)?(?:[eE][+-]?[0-9]+)?[A-Za-z_]*"',
+      'a numeral swallows the command word glued to it (`1instance` one token)', *L28_T),
+    M('tokens-glued-char', TOK, """('char', rf"'(?!'){_CHAR_BODY}'")""", """('char', rf"'(?!'){_CHAR_BODY}'[A-Za-z_]*")""",
+      "a character literal swallows the command word glued to it (`'a'instance` one token)", *L28_T),
+    M('tokens-quote-tokens-forgotten', TOK, 'self.tokens = frozenset(tokens)', 'self.tokens = frozenset(t for t in tokens if not t.endswith("\'"))',
+      "tokens ending in a quote (`''`, `×'`, `∑'`…) are unknown: the `'…'` after them is misread", *L28_T),
+    # ---- the kernel replay (01a_verifier, 01a_lean_replay)
+    M('replay-result-ignored', VERI, "if verdict == 'pass' and pickle: verdict, reason = self._replayed(problem, name, pickle)",
+      "if verdict == 'pass' and pickle: self._replayed(problem, name, pickle)", 'a proof the kernel replay rejects passes', *REP_T, NB),
+    M('replay-crash-is-a-verdict', VERI, "except (HeaderStall, ReplayError) as e: raise StageFailed", "except HeaderStall as e: raise StageFailed",
+      'a crashing replay tool is an `error` verdict, not exit 3', *REP_T, NB),
+    M('replay-axioms-ignored', REPL_NB, "if bad := [a for a in answer['axioms'] if a not in allowed_axioms(policy or DEFAULT_POLICY)]:",
+      "if bad := []:", 'an axiom the replayed environment shows passes', *REP_T, NB),
+    M('replay-type-ignored', REPL_NB, "if want_type is not None and answer['type'] != want_type:", "if False:",
+      "a replayed theorem of another type passes", *REP_T, NB),
     # ---- the chain hash (markers)
     M('chain-ignores-seed', MRK, '{k: v for k, v in params.items() if k not in VOLATILE}',
       "{k: v for k, v in params.items() if k not in VOLATILE | {'seed'}}", 'a reseeded stage is skipped as finished',

@@ -73,7 +73,8 @@ class StandInLean:
         if '#print axioms' not in sent:
             return {'messages': [line(1, 'warning', "declaration uses 'sorry'")]}
         at = sent.rindex('#print axioms'); n = sent[:at].count('\n') + 1
-        return {'messages': [line(n, 'info', f"'{sent[at:].split()[2]}' depends on axioms: [propext]"), line(n + 1, 'info', 'ei-statement-type: T')]}
+        name = sent[at:].split()[2].removeprefix('_root_.')          # `#print axioms _root_.NAME`: Lean prints the root NAME
+        return {'messages': [line(n, 'info', f"'{name}' depends on axioms: [propext]"), line(n + 1, 'info', 'ei-statement-type: T')]}
     def close(self): pass
 
 def stand_in(settings): return StandInLean()

@@ -11,6 +11,7 @@ from ei_nb.policy import extract_code
 from ei_nb.verify import make_verifier
 
 FAKE = str(Path(__file__).with_name('fake_repl.py'))
+FAKE_REPLAY = str(Path(__file__).with_name('fake_replay.py'))   # the stand-in kernel replay tool (issue 28)
 MINIF2F = {r['name']: r for r in map(json.loads, open(shared_data('minif2f_dsp15.jsonl'), encoding='utf-8'))}
 FEW_SHOT = {r['name']: r for r in map(json.loads, open(shared_data('minif2f_valid_few_shot_dsp15.jsonl'), encoding='utf-8'))}
 NAME = 'mathd_algebra_182'
@@ -35,8 +36,8 @@ def project(tmp_path):
 def verifiers(project):
     "The three Lean back-ends against their stand-ins: the REPL, `lean --json`, a kimina-lean-server (positions from its own start)."
     from tests.test_verify import kimina
-    yield 'repl', make_verifier('repl', project=project, timeout=5, mem_mb=256, repl_cmd=[sys.executable, FAKE])
-    yield 'lean', make_verifier('lean', project=project, timeout=5, mem_mb=256, lean_cmd=[sys.executable, FAKE, '--lean'])
+    yield 'repl', make_verifier('repl', project=project, timeout=5, mem_mb=256, repl_cmd=[sys.executable, FAKE], replay_cmd=[sys.executable, FAKE_REPLAY])
+    yield 'lean', make_verifier('lean', project=project, timeout=5, mem_mb=256, lean_cmd=[sys.executable, FAKE, '--lean'], replay_cmd=[sys.executable, FAKE_REPLAY])
     with kimina(1) as (urls, _):
         yield 'server', make_verifier('server', endpoints=urls, timeout=5)
 
@@ -97,7 +98,8 @@ class AcceptAll:
         if '#print axioms' not in sent: return {'messages': [info(sent.count('\n'), 'ei-statement-type: T')]}   # the reference statement
         at = sent.rindex('#print axioms')
         line = sent[:at].count('\n') + 1
-        return {'messages': [info(line, f"'{sent[at:].split()[2]}' depends on axioms: [propext]"), info(line + 1, 'ei-statement-type: T')]}
+        name = sent[at:].split()[2].removeprefix('_root_.')          # `#print axioms _root_.NAME`: Lean prints the root NAME
+        return {'messages': [info(line, f"'{name}' depends on axioms: [propext]"), info(line + 1, 'ei-statement-type: T')]}
     def close(self): pass
 
 def accept_all(settings): return AcceptAll()

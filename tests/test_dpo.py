@@ -100,7 +100,8 @@ def test_verdicts_of_the_real_verifier(tok, tmp_path):
              fence(good + '\n  -- another try  -- FAKE:error')]
     samples = [{'name': prob['name'], 'sample_idx': i, 'round': 1, 'completion': t, 'n_tokens': len(t) // 3, 'capped': False}
                for i, t in enumerate(texts)]
-    v = make_verifier('lean', project=tmp_path, timeout=1, mem_mb=256, lean_cmd=[sys.executable, FAKE, '--lean'])
+    v = make_verifier('lean', project=tmp_path, timeout=1, mem_mb=256, lean_cmd=[sys.executable, FAKE, '--lean'],
+                      replay_cmd=[sys.executable, str(Path(__file__).with_name('fake_replay.py'))])   # the stand-in kernel replay (issue 28)
     with v: verdicts = [v.verify_one(prob, s) for s in samples]
     assert [x['verdict'] for x in verdicts] == ['pass', 'pass', 'fail', 'fail', 'fail', 'error', 'fail', 'no_code', 'fail']
     pairs, st = build_pairs([prob], samples, verdicts, tok, 1, pairs_per_problem=10)

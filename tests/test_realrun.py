@@ -72,6 +72,10 @@ def node(tmp_path):
     (repl / 'REPL' / 'Main.lean').write_text('def loop := do\n  let out ← IO.getStdout\n  out.putStr "\\n"\n  out.flush\n')
     git('commit', '-q', '-am', 'flush', cwd=repl)
     script(repl / '.lake' / 'build' / 'bin' / 'repl', f'#!/bin/sh\nexec {sys.executable} {FAKE_REPL} "$@"\n')
+    from ei_nb.lean_replay import REPLAY_FILES, replay_sources          # the kernel replay tool, built beside the REPL (issue 28)
+    (tmp_path / 'lean' / 'ei-replay').mkdir()
+    for f in REPLAY_FILES: (tmp_path / 'lean' / 'ei-replay' / f).write_bytes((replay_sources() / f).read_bytes())
+    script(tmp_path / 'lean' / 'ei-replay' / '.lake' / 'build' / 'bin' / 'ei-replay', f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests" / "fake_replay.py"} "$@"\n')
     env = {'ELAN_HOME': str(elan), 'PATH': f"{elan / 'bin'}{os.pathsep}{os.environ['PATH']}",
            'EI_REPL_BIN': str(repl / '.lake' / 'build' / 'bin' / 'repl')}
     return {'elan': elan, 'project': project, 'repl': repl, 'commit': commit, 'env': env}
@@ -80,7 +84,7 @@ def node(tmp_path):
 def test_setup_lean_dry_run_lists_every_command(tmp_path):
     rc, out, err = ei('setup-lean', '--project', tmp_path / 'lean/mathlib4', '--dry-run', env={'ELAN_HOME': str(tmp_path / 'none')})
     assert rc == 0, err
-    assert out['dry_run'] and set(out['steps']) == {'elan', 'toolchain', 'mathlib', 'oleans', 'repl', 'repl-flush', 'repl-build'}
+    assert out['dry_run'] and set(out['steps']) == {'elan', 'toolchain', 'mathlib', 'oleans', 'repl', 'repl-flush', 'repl-build', 'replay-build'}
     assert set(out['steps'].values()) == {'planned'}
     for cmd in ('elan toolchain install leanprover/lean4:v4.9.0-rc1', 'clone https://github.com/xinhjBrant/mathlib4',
                 'checkout 2f65ba7f1a9144b20c8e7358513548e317d26de1', 'lake exe cache get', 'checkout v4.9.0-rc1',

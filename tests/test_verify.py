@@ -23,6 +23,7 @@ from ei_nb.verify import make_verifier, verify_cli
 from tests import fake_repl
 
 FAKE = str(Path(__file__).with_name('fake_repl.py'))
+FAKE_REPLAY = str(Path(__file__).with_name('fake_replay.py'))   # the stand-in `ei-replay` (kernel replay of what a proof added)
 
 def _rows(f): return [json.loads(l) for l in open(shared_data(f), encoding='utf-8')]
 MINIF2F = {r['name']: r for r in _rows('minif2f_dsp15.jsonl')}
@@ -88,7 +89,7 @@ CHEATS = [  # (id, problem name, code, rule that must reject it)
     ('open after a helper, before the theorem', N, H + 'lemma h : True := trivial\nopen Complex\n' + S + P, 'open'),
     ('open hiding', N, H + S + P + '\nopen Real hiding sqrt\n', 'open'),
     ('theorem inside a namespace', N, H + 'namespace X\n' + S + P + '\nend X', 'namespace'),
-    ('indented namespace', N, H + 'lemma h : True := by\n  trivial\n  namespace X\n' + S + P, 'scope'),
+    ('indented namespace (a command to Lean)', N, H + 'lemma h : True := by\n  trivial\n  namespace X\n' + S + P, 'namespace'),
     ('late import', N, H + 'theorem helper : True := trivial\nimport Mathlib.Tactic\n' + S + P, 'import'),
     ('unterminated comment', N, H + S + P + '\n/- never closed', 'lexer'),
     ('unterminated string', N, H + S + '  have := "abc\n' + P, 'lexer'),
@@ -110,10 +111,9 @@ CHEATS = [  # (id, problem name, code, rule that must reject it)
     ('variable?', N, H + 'variable? [Mul ℂ]\n' + S + P, 'scope'),
     ('variable!', N, H + 'variable! (h : False)\n' + S + P, 'scope'),
     ('unlisted command (deny by default)', N, H + 'suppress_compilation\n' + S + P, 'toplevel'),
-    ('indented theorem', N, H + S + P + '\n  theorem x : True := trivial', 'toplevel'),
     ('set_option in before the theorem', N, H + 'set_option autoImplicit true in\n' + S + P, 'set_option'),
-    ('#print axioms not trailing', N, H + S + P + '\n#print axioms mathd_algebra_182\ntheorem x : True := trivial', 'hash_command'),
-    ('#print axioms of another name', N, H + S + P + '\n#print axioms Nat.add_comm', 'hash_command'),
+    ('#print with more than a name', N, H + S + P + '\n#print axioms mathd_algebra_182 Nat.add_comm', 'hash_command'),
+    ('#print of a string', N, H + S + P + '\n#print "hello"', 'hash_command'),
     ('extra hypothesis', N, H + S.replace('(y : ℂ)', '(y : ℂ) (hf : False)') + '  exact hf.elim', 'statement'),
     ('changed type', N, H + S.replace('(y : ℂ)', '(y : ℕ)') + P, 'statement'),
     ('changed conclusion', N, H + S.replace('21 * y + 14', '7 * (3 * y + 2)') + '  rfl', 'statement'),
@@ -145,6 +145,10 @@ LEGIT = [  # (id, problem name, completion)
     ('open ... in inside the proof', N, fence(H + S + '  open Real in\n' + P)),
     ('raw string and «name» in a proof', N, fence(H + S + '  have : r"\\" = r#"\\"# := rfl\n  have «my h» : True := trivial\n' + P)),
     ('statement reflowed over lines', C['name'], fence(few_shot_code(C).replace('(k x : ℝ) (h₀', '(k x : ℝ)\n    (h₀'))),
+    # issue 28: Lean splits commands at command words, not at columns, and `#print axioms` is harmless anywhere
+    ('indented theorem after the proof (a command to Lean)', N, fence(H + S + P + '\n  theorem x : True := trivial')),
+    ('#print axioms in the middle', N, fence(H + S + P + '\n#print axioms mathd_algebra_182\ntheorem x : True := trivial')),
+    ('#print axioms of another name', N, fence(H + S + P + '\n#print axioms Nat.add_comm')),
 ]
 
 @pytest.mark.parametrize('cid,name,code,rule', CHEATS, ids=[c[0] for c in CHEATS])
@@ -273,10 +277,11 @@ def _proof(directive='', idx=0, name=N):
 
 def _log(path):
     lines = path.read_text().split() if path.exists() else []
-    return {'start': lines[0::2].count('start'), 'cmd': lines[0::2].count('cmd'), 'lean': lines[0::2].count('lean')}
+    return {'start': lines[0::2].count('start'), 'cmd': lines[0::2].count('cmd'), 'lean': lines[0::2].count('lean')}   # `pickle` lines not counted
 
 def _fake_repl(project, tmp_path, *args, timeout=1.0, workers=1, **kw):
     log = tmp_path/'fake.log'
+    kw.setdefault('replay_cmd', [sys.executable, FAKE_REPLAY])
     return make_verifier('repl', project=project, workers=workers, timeout=timeout, mem_mb=kw.pop('mem_mb', 256),
                          repl_cmd=[sys.executable, FAKE, '--log', str(log), *args], **kw), log
 
@@ -337,12 +342,19 @@ class TestFaultInjection:
         assert [r['verdict'] for r in res] == ['pass', 'pass', 'error', 'pass', 'pass', 'error']
         assert _log(log)['start'] == 2          # the fake's proof counter restarts with the process
 
-    @pytest.mark.parametrize('directive', ['FAKE:twoaxioms', 'FAKE:qualified=Foo', 'FAKE:nullend'])
-    def test_reports_elsewhere_qualified_names_and_null_endpos(self, directive, project, tmp_path):
-        # a report printed at another line is never read (ours is matched by position); `'Foo.t'` names t
+    @pytest.mark.parametrize('directive', ['FAKE:twoaxioms', 'FAKE:nullend'])
+    def test_reports_elsewhere_and_null_endpos(self, directive, project, tmp_path):
+        # a report printed at another line is never read (ours is matched by position)
         v, _ = _fake_repl(project, tmp_path)
         with v: r = v.verify_one(*_proof(directive))
         assert r['verdict'] == 'pass', r
+
+    def test_a_report_about_another_constant_than_the_root_name_fails(self, project, tmp_path):
+        # we append `#print axioms _root_.NAME`: Lean prints the root NAME it resolved, the constant the probe and the
+        # replay inspect; a report naming `Foo.NAME` is about another constant (issue 28)
+        v, _ = _fake_repl(project, tmp_path)
+        with v: r = v.verify_one(*_proof('FAKE:qualified=Foo'))
+        assert r['verdict'] == 'fail' and r['reason'].startswith('axioms: no report'), r
 
     def test_lean_side_statement_check(self, project, tmp_path):
         v, log = _fake_repl(project, tmp_path)
@@ -436,7 +448,7 @@ class TestFaultInjectionStreamingAndCache:
         v, log = _fake_repl(project, tmp_path, timeout=0.5, cache_dir=cache, statement_check=False)
         with v: second = sorted(v.verify_stream(iter(pairs[:2])), key=lambda r: r['sample_idx']); stats = dict(v.stats)
         assert [(r['verdict'], r['reason']) for r in second] == [(r['verdict'], r['reason']) for r in first[:2]]
-        assert stats == {'lean_runs': 0, 'cache_hits': 2, 'reference_runs': 0} and _log(log) == before   # no process was even started
+        assert stats == {'lean_runs': 0, 'cache_hits': 2, 'reference_runs': 0, 'replays': 0} and _log(log) == before   # no process was even started
         v, log = _fake_repl(project, tmp_path, timeout=0.5, cache_dir=cache, statement_check=False)
         with v: again = v.verify_one(*pairs[2]); stats = dict(v.stats)
         assert again['verdict'] == 'error' and stats['lean_runs'] == 1              # errors are retried
@@ -459,7 +471,7 @@ class TestFaultInjectionStreamingAndCache:
         args = ['--problems', probs, '--samples', sams, '--out', str(tmp_path/'v.jsonl'), '--workers', '2', '--timeout', '5', '--mem-mb', '512']
         import ei_nb.verify as ver
         real = ver.make_verifier   # the CLI has no --repl-cmd: point the REPL command at the fake
-        monkeypatch.setattr(ver, 'make_verifier', lambda *a, **kw: real(*a, repl_cmd=[sys.executable, FAKE], **kw))
+        monkeypatch.setattr(ver, 'make_verifier', lambda *a, **kw: real(*a, repl_cmd=[sys.executable, FAKE], replay_cmd=[sys.executable, FAKE_REPLAY], **kw))
         counts = ver.verify_cli(args + ['--backend', 'repl', '--project', str(project)])
         assert counts == {'n': 5, 'pass': 1, 'fail': 2, 'error': 1, 'no_code': 1, 'unchecked': 0}
         assert (tmp_path/'verdict_cache').is_dir()                  # next to the output by default
@@ -473,13 +485,14 @@ class TestFaultInjectionLeanBackend:
         ('FAKE:garbage', 'error', 'malformed output'), ('FAKE:leak', 'error', 'exit 1 without an error'),
         ('FAKE:replerror', 'error', 'malformed output'), ('FAKE:u2028', 'pass', None), ('FAKE:sorry428', 'fail', 'lean sorry')])
     def test_lean_backend(self, directive, verdict, why, project, tmp_path):
-        v = make_verifier('lean', project=project, timeout=1, mem_mb=256, lean_cmd=[sys.executable, FAKE, '--lean'])
+        v = make_verifier('lean', project=project, timeout=1, mem_mb=256, lean_cmd=[sys.executable, FAKE, '--lean'],
+                          replay_cmd=[sys.executable, FAKE_REPLAY])
         with v: r = v.verify_one(*_proof(directive))
         assert r['verdict'] == verdict and (why is None or why in r['reason']), r
         assert list((project/'.ei_verify').iterdir()) == []          # the temporary file is removed
 
     def test_broken_header_is_an_error(self, project):
-        v = make_verifier('lean', project=project, timeout=2, lean_cmd=[sys.executable, FAKE, '--lean'])
+        v = make_verifier('lean', project=project, timeout=2, lean_cmd=[sys.executable, FAKE, '--lean'], replay_cmd=[sys.executable, FAKE_REPLAY])
         with v: r = v.verify_one({**MINIF2F[N], 'header': 'import Broken\n\n'}, _proof()[1])
         assert r['verdict'] == 'error' and 'header failed' in r['reason'], r
 
@@ -564,37 +577,6 @@ class TestFaultInjectionServer:
         with kimina(1) as (urls, h), make_verifier('server', endpoints=urls, timeout=0.3, margin=0.2) as v:
             t0 = time.perf_counter(); r = v.verify_one(*_proof('FAKE:hang'))
         assert r['verdict'] == 'error' and 'timeout' in r['reason'] and time.perf_counter() - t0 < 2.5
-
-# ---------------------------------------------------------------- real Lean
-LEAN_PROJECT = os.environ.get('EI_LEAN_PROJECT')
-needs_lean = pytest.mark.skipif(shutil.which('lean') is None or not LEAN_PROJECT,
-                                reason='REAL LEAN NOT AVAILABLE: `lean` is not on PATH or EI_LEAN_PROJECT (a Mathlib project) '
-                                       'is not set, so the real repl/lean backends are not exercised here')
-
-@needs_lean
-class TestRealLean:
-    "REAL LEAN: known-good proofs pass and cheats fail through the real backends."
-
-    @pytest.mark.parametrize('backend', ['repl', 'lean'])
-    def test_real_backend(self, backend):
-        cases = [(MINIF2F[r['name']], sample(r['name'], i, fence(few_shot_code(r)))) for i, r in enumerate(FEW_SHOT[:3])]
-        wrong = (MINIF2F[N], sample(N, 99, fence(H + S + '  rfl')))
-        with make_verifier(backend, project=LEAN_PROJECT, workers=2, timeout=300) as v:
-            res = {r['sample_idx']: r for r in v.verify_stream(iter(cases + [wrong]))}
-        assert [res[i]['verdict'] for i in range(3)] == ['pass'] * 3, res
-        assert res[99]['verdict'] == 'fail', res[99]
-
-    def test_lean_side_statement_check_catches_notation_the_policy_let_through(self):
-        # the pre-check's `syntax` rule is switched off, so only the Lean-side check can see that `+` now means `*`
-        prob = {**MINIF2F[N], 'name': 't_plus', 'formal_statement': 'theorem t_plus : (2 : ℕ) + 2 = 4 := by\n'}
-        cheat = H + 'local notation:65 a " + " b => (a * b : ℕ)\n' + prob['formal_statement'] + '  norm_num\n'
-        honest = H + prob['formal_statement'] + '  norm_num\n'
-        with make_verifier('repl', project=LEAN_PROJECT, workers=1, timeout=300, policy={'rules': {'syntax': False}}) as v:
-            r_cheat = v.verify_one(prob, sample('t_plus', 0, fence(cheat)))
-            r_honest = v.verify_one(prob, sample('t_plus', 1, fence(honest)))
-        assert r_honest['verdict'] == 'pass', r_honest
-        assert r_cheat['verdict'] == 'fail' and r_cheat['reason'].startswith('lean_statement'), r_cheat
-
 
 def test_server_endpoints_come_from_the_environment_when_not_given(monkeypatch):
     "A stage notebook passes no endpoints: the `server` backend reads EI_LEAN_SERVER_ENDPOINTS (as configs/goedel8b_two_node.toml sets it)."

@@ -18,7 +18,7 @@ from ei_nb.lean_reply import HeaderStall, LeanError
 from ei_nb.lean_backends import Repl
 from ei_nb.verify import VerifierSettings, make_verifier, register_backend, verify_cli
 from tests import fake_repl
-from tests.test_verify import FAKE, H, MINIF2F, N, P, S, _proof, fence, sample
+from tests.test_verify import FAKE, FAKE_REPLAY, H, MINIF2F, N, P, S, _proof, fence, sample
 
 REC = Path(__file__).with_name('data')/'repl_v4.9.0-rc1'
 
@@ -85,7 +85,7 @@ def test_fake_in_no_flush_mode(mode, passes, tmp_path):
     if mode == 'stdbuf' and shutil.which('stdbuf') is None: pytest.skip('stdbuf (coreutils) is not installed')
     (tmp_path/'lean-toolchain').write_text('leanprover/lean4:v4.9.0-rc1\n')
     with make_verifier('repl', project=tmp_path, workers=1, timeout=5, header_timeout=1, mem_mb=None, stdout_mode=mode,
-                       repl_cmd=[sys.executable, FAKE, '--no-flush']) as v:
+                       repl_cmd=[sys.executable, FAKE, '--no-flush'], replay_cmd=[sys.executable, FAKE_REPLAY]) as v:
         if passes: assert v.verify_one(*_proof())['verdict'] == 'pass'
         else:
             with pytest.raises(StageFailed, match='avoid buffering stdout'): v.verify_one(*_proof())
@@ -97,7 +97,7 @@ def test_ei_verify_header_stall_exits_3_fast_and_a_rerun_resumes(tmp_path, capsy
     write_records(tmp_path/'s1.jsonl', [sample(N, 0, fence(H + S + P))], 'sample')
     base = ['--problems', str(tmp_path/'p.jsonl'), '--backend', 'repl', '--project', str(proj), '--workers', '1',
             '--cache-dir', str(tmp_path/'cache'), '--header-timeout', '1', '--mem-mb', '0']
-    good = ['--repl-cmd', shlex.join([sys.executable, FAKE])]
+    good = ['--repl-cmd', shlex.join([sys.executable, FAKE]), '--replay-cmd', shlex.join([sys.executable, FAKE_REPLAY])]
     assert verify_cli(base + good + ['--samples', str(tmp_path/'s1.jsonl'), '--out', str(tmp_path/'v1.jsonl')])['pass'] == 1
     write_records(tmp_path/'s2.jsonl', [sample(N, 0, fence(H + S + P)), sample(N, 1, fence(H + S + '  simp\n  ring'))], 'sample')
     stalled = ['--repl-cmd', shlex.join([sys.executable, FAKE, '--no-flush']), '--stdout-mode', 'pipe']
@@ -119,12 +119,12 @@ def test_registry_plugin_by_name_and_by_import_string(tmp_path):
     class Echo:
         identity = {'backend': 'echo'}
         def run(self, header, code, timeout):
-            name = code.rsplit('#print axioms ', 1)[1].strip()
+            name = code.rsplit('#print axioms ', 1)[1].strip().removeprefix('_root_.')   # Lean prints the name it resolved
             return {'env': 1, 'messages': [{'severity': 'info', 'pos': {'line': code.count('\n'), 'column': 0},
                                              'data': f"'{name}' depends on axioms: [propext]"}]}
         def close(self): pass
     register_backend('echo', lambda s: Echo())
-    with make_verifier('echo', statement_check=False) as v: assert v.verify_one(*_proof())['verdict'] == 'pass'
+    with make_verifier('echo', statement_check=False) as v: assert v.verify_one(*_proof())['verdict'] == 'pass'   # no `pickles`: not replayed
     with make_verifier(VerifierSettings(backend='ei_nb.verify:_server_backend', endpoints=['http://127.0.0.1:1'])) as v:
         assert type(v.backend).__name__ == 'ServerBackend'
     with pytest.raises(BadInput, match="unknown backend 'nope'.*'echo'"): make_verifier('nope')
