@@ -143,6 +143,7 @@ def test_nothing_is_left_when_the_holder_gets_sigterm_or_sigkill(fake, tmp_path,
     "SIGTERM: the holder unwinds and stops the server; SIGKILL: the server gets SIGTERM from the kernel (PR_SET_PDEATHSIG)."
     holder = subprocess.Popen([sys.executable, '-c', HOLDER, str(fake), str(model(tmp_path)), str(tmp_path / 'vllm.log')],
                               stdout=subprocess.PIPE, text=True, env={**os.environ, 'PYTHONPATH': str(ROOT)})
+    pid = None
     try:
         pid = json.loads(holder.stdout.readline())['pid']
         engine = records(tmp_path, 'start')[0]['engine_pid']
@@ -153,6 +154,7 @@ def test_nothing_is_left_when_the_holder_gets_sigterm_or_sigkill(fake, tmp_path,
         assert stopped == (sig == signal.SIGTERM)       # SIGTERM: the `with` block unwound and stopped it itself
     finally:
         holder.kill(); holder.wait()
+        if pid and group_members(pid): os.killpg(pid, signal.SIGKILL)   # a failed test leaves no server behind
 
 
 # -- a server that dies mid-stage
