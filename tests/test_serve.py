@@ -1,0 +1,245 @@
+"""The managed `vllm serve` (ei_nb.serve) against tests/fake_vllm.py, a stand-in written from vLLM 0.34.0's CLI and
+OpenAI protocol models (see its docstring): the command and flags, the wait for `/v1/models`, failures with the log's
+tail, no process left behind (normal exit, exception, SIGTERM or SIGKILL of the holder), one restart per chunk, and
+the existing `openai` sampler sampling through it. No GPU, no network."""
+import json, os, shutil, signal, subprocess, sys, time, urllib.request
+from pathlib import Path
+import pytest
+from ei_nb.core import StageFailed, read_problems, shared_data
+from ei_nb.serve import (ManagedServer, ServeSettings, group_members, http_get, server_command, vllm_server, with_restart)
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE = ROOT / 'tests' / 'fake_vllm.py'
+TEXTS = ['```lean4\ntheorem t : 1 = 1 := by\n  rfl\n```', 'intro x\nsimp', 'nlinarith [sq_nonneg (x - 1)]', 'norm_num\n```']
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    "A `vllm` on a tmp bin dir that runs the stand-in, its request log, and canned completions."
+    exe = tmp_path / 'bin' / 'vllm'; exe.parent.mkdir()
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n'); exe.chmod(0o755)
+    (tmp_path / 'completions.jsonl').write_text(''.join(json.dumps({'text': t}) + '\n' for t in TEXTS))
+    monkeypatch.setenv('FAKE_VLLM_LOG', str(tmp_path / 'requests.jsonl'))
+    monkeypatch.setenv('FAKE_VLLM_COMPLETIONS', str(tmp_path / 'completions.jsonl'))
+    return exe
+
+def records(tmp_path, event):
+    path = tmp_path / 'requests.jsonl'
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r['event'] == event] if path.exists() else []
+
+def model(tmp_path, name='model', generation=None) -> Path:
+    d = tmp_path / name; d.mkdir()
+    (d / 'config.json').write_text(json.dumps({'max_position_embeddings': 4096}))
+    if generation: (d / 'generation_config.json').write_text(json.dumps(generation))
+    return d
+
+def alive(pid) -> bool:
+    try: return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] not in ('Z', 'X')
+    except (OSError, IndexError): return False
+
+def gone(*pids, within=15.0) -> bool:
+    end = time.monotonic() + within
+    while any(map(alive, pids)):
+        if time.monotonic() > end: return False
+        time.sleep(0.1)
+    return True
+
+def settings(exe, **kw):
+    return ServeSettings(**{'vllm_bin': str(exe), 'start_timeout': 60, 'stop_grace': 5, **kw})
+
+
+# -- the stand-in parses vLLM's flags as vLLM does
+
+def test_standin_refuses_what_vllm_refuses(fake, tmp_path):
+    m = model(tmp_path)
+    r = subprocess.run([fake, 'serve', m, '--port', '1', '--no-such-flag'], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and 'unrecognized arguments: --no-such-flag' in r.stderr
+    r = subprocess.run([fake, 'serve', m, '--data-parallel-backend', 'slurm'], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and 'can only be ray or mp' in r.stderr
+    r = subprocess.run([fake, 'serve', tmp_path / 'nothing'], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and 'Invalid repository ID or local directory' in r.stderr
+
+
+# -- start: flags, model folder, the wait
+
+def test_server_starts_with_the_flags_and_the_model_folder(fake, tmp_path):
+    m, log = model(tmp_path), tmp_path / 'round_00' / 'logs' / 'vllm_01_sample_verify.log'
+    s = settings(fake, data_parallel_size=4, tensor_parallel_size=2, max_model_len=2048, seed=7)
+    with vllm_server(m, s, log) as srv:
+        start = records(tmp_path, 'start')
+        assert len(start) == 1 and start[0]['argv'] == server_command(m, s, srv.port)[1:]
+        f = start[0]['flags']
+        assert (f['model_tag'], f['data_parallel_size'], f['tensor_parallel_size'], f['max_model_len'], f['seed']) == (str(m.absolute()), 4, 2, 2048, 7)
+        assert f['generation_config'] == 'vllm' and f['data_parallel_backend'] == 'mp' and f['host'] == '127.0.0.1'
+        status, models = http_get(f'{srv.url}/v1/models')
+        assert status == 200 and [x['id'] for x in models['data']] == [str(m.absolute())]
+        assert srv.endpoints == [f'http://127.0.0.1:{srv.port}/v1']
+    assert 'starting: ' in log.read_text() and 'stopped (terminated)' in log.read_text()
+
+
+def test_the_ray_backend_spans_the_cluster_with_engines_per_node(fake, tmp_path):
+    s = settings(fake, backend='ray', data_parallel_size=8, data_parallel_size_local=4)
+    with vllm_server(model(tmp_path), s, tmp_path / 'vllm.log'):
+        f = records(tmp_path, 'start')[0]['flags']
+        assert (f['data_parallel_backend'], f['data_parallel_size'], f['data_parallel_size_local']) == ('ray', 8, 4)
+
+
+def test_the_wait_lasts_until_v1_models_names_the_folder(fake, tmp_path, monkeypatch):
+    monkeypatch.setenv('FAKE_VLLM_START_DELAY', '2')
+    with vllm_server(model(tmp_path), settings(fake), tmp_path / 'vllm.log') as srv:
+        assert srv.started_s >= 2 and srv.healthy()
+        assert any(r['path'] == '/v1/models' for r in records(tmp_path, 'request'))
+
+
+def test_a_server_that_is_not_ready_by_the_deadline_is_stopped(fake, tmp_path, monkeypatch):
+    monkeypatch.setenv('FAKE_VLLM_START_DELAY', '60')
+    srv = ManagedServer(model(tmp_path), settings(fake, start_timeout=1.5), tmp_path / 'vllm.log')
+    with pytest.raises(StageFailed, match=r'did not serve .* within 1.5 s'):
+        srv.start()
+    assert group_members(srv.proc.pid) == []
+
+
+def test_a_server_dead_on_start_fails_with_the_end_of_its_log(fake, tmp_path):
+    with pytest.raises(StageFailed, match='Invalid repository ID') as e:
+        with vllm_server(tmp_path / 'not-a-model', settings(fake), tmp_path / 'vllm.log'): pass
+    assert 'exited with status 1' in str(e.value) and str(tmp_path / 'vllm.log') in str(e.value)
+    with pytest.raises(StageFailed, match='unrecognized arguments: --max-num-seqz'):
+        with vllm_server(model(tmp_path), settings(fake, extra_args=('--max-num-seqz', '8')), tmp_path / 'vllm2.log'): pass
+
+
+# -- no process left behind
+
+def test_nothing_is_left_after_the_block_ends_or_raises(fake, tmp_path):
+    with vllm_server(model(tmp_path), settings(fake), tmp_path / 'vllm.log') as srv:
+        pids = [srv.proc.pid, records(tmp_path, 'start')[0]['engine_pid']]
+        assert all(map(alive, pids))
+    assert gone(*pids, within=0) and group_members(pids[0]) == []
+    with pytest.raises(RuntimeError, match='a stage failed'):
+        with vllm_server(model(tmp_path, 'model2'), settings(fake), tmp_path / 'vllm2.log') as srv:
+            pids = [srv.proc.pid, records(tmp_path, 'start')[-1]['engine_pid']]
+            raise RuntimeError('a stage failed')
+    assert gone(*pids, within=0)
+
+
+def test_a_server_that_ignores_sigterm_is_killed_after_the_grace(fake, tmp_path, monkeypatch):
+    monkeypatch.setenv('FAKE_VLLM_IGNORE_TERM', '1')
+    t0 = time.monotonic()
+    with vllm_server(model(tmp_path), settings(fake, stop_grace=1), tmp_path / 'vllm.log') as srv: pid = srv.proc.pid
+    assert not alive(pid) and time.monotonic() - t0 < 30
+    assert 'stopped (killed)' in (tmp_path / 'vllm.log').read_text()
+
+
+HOLDER = '''
+import json, sys, time
+from ei_nb.serve import ServeSettings, vllm_server
+s = ServeSettings(vllm_bin=sys.argv[1], start_timeout=60, stop_grace=5)
+with vllm_server(sys.argv[2], s, sys.argv[3]) as srv:
+    print(json.dumps({'pid': srv.proc.pid}), flush=True)
+    time.sleep(600)
+'''
+
+@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGKILL])
+def test_nothing_is_left_when_the_holder_gets_sigterm_or_sigkill(fake, tmp_path, sig):
+    "SIGTERM: the holder unwinds and stops the server; SIGKILL: the server gets SIGTERM from the kernel (PR_SET_PDEATHSIG)."
+    holder = subprocess.Popen([sys.executable, '-c', HOLDER, str(fake), str(model(tmp_path)), str(tmp_path / 'vllm.log')],
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, 'PYTHONPATH': str(ROOT)})
+    pid = None
+    try:
+        pid = json.loads(holder.stdout.readline())['pid']
+        engine = records(tmp_path, 'start')[0]['engine_pid']
+        assert alive(pid) and alive(engine)
+        holder.send_signal(sig); holder.wait(60)
+        assert gone(pid, engine) and group_members(pid) == []
+        stopped = 'stopped (terminated)' in (tmp_path / 'vllm.log').read_text()
+        assert stopped == (sig == signal.SIGTERM)       # SIGTERM: the `with` block unwound and stopped it itself
+    finally:
+        holder.kill(); holder.wait()
+        if pid and group_members(pid): os.killpg(pid, signal.SIGKILL)   # a failed test leaves no server behind
+
+
+# -- a server that dies mid-stage
+
+def test_one_restart_per_chunk_then_the_stage_fails(fake, tmp_path, monkeypatch):
+    monkeypatch.setenv('FAKE_VLLM_DIE_AFTER', '1')
+    m = model(tmp_path)
+    def ask(srv):
+        req = urllib.request.Request(f'{srv.url}/v1/completions', json.dumps({'prompt': 'x', 'n': 1, 'seed': 0}).encode(),
+                                     {'Content-Type': 'application/json'})
+        with urllib.request.urlopen(req, timeout=10) as r: return json.loads(r.read())
+    with vllm_server(m, settings(fake), tmp_path / 'vllm.log') as srv:
+        port, first = srv.port, srv.proc.pid
+        with_restart(srv, lambda: ask(srv))                                  # answered
+        assert with_restart(srv, lambda: ask(srv))['choices']                # died, restarted on the same port, answered
+        assert (srv.restarts, srv.port) == (1, port) and srv.proc.pid != first and not alive(first)
+        assert with_restart(srv, lambda: ask(srv))['choices']                # the second server: one answered, dies on the next
+        with pytest.raises(StageFailed, match='died again') as e:
+            monkeypatch.setenv('FAKE_VLLM_DIE_AFTER', '0')                   # from now on every new server dies at once
+            with_restart(srv, lambda: ask(srv))
+        assert 'fake: died after 0 completions requests' in str(e.value)     # the log's tail names why
+    assert group_members(srv.proc.pid) == []
+
+
+# -- the existing `openai` sampler (ei_nb.sample, read-only here) through the stand-in
+
+class RestartingSampler:
+    "The wiring this issue asks for, done from outside sample.py: each chunk through `with_restart`."
+    def __init__(self, inner, server): self.inner, self.server = inner, server
+    def __getattr__(self, k): return getattr(self.inner, k)
+    def generate(self, prompts, params, seeds):
+        return with_restart(self.server, lambda: self.inner.generate(prompts, params, seeds))
+
+
+def _problems(k):
+    return [p for p in read_problems(shared_data('minif2f_dsp15.jsonl')) if p['split'] == 'valid'][:k]
+
+
+def test_a_server_killed_mid_stage_costs_one_chunk_and_the_files_equal_an_uninterrupted_run(fake, tiny_model_dir, tmp_path, monkeypatch):
+    from ei_nb.sample import OpenAISampler, SampleParams, run_pipeline
+    params = SampleParams(n=2, max_new_tokens=32, seed=0)
+    def run(out, log):
+        with vllm_server(tiny_model_dir, settings(fake), log) as srv:
+            smp = RestartingSampler(OpenAISampler(tiny_model_dir, srv.endpoints, retries=1, backoff=0.01, log=lambda *a: None), srv)
+            return run_pipeline(_problems(6), smp, out, params, 1, chunk_problems=2), srv.restarts
+    fresh, restarts = run(tmp_path / 'fresh.jsonl', tmp_path / 'fresh.log')
+    assert restarts == 0 and fresh['n_samples'] == 12
+    n_fresh = len(records(tmp_path, 'request'))
+    monkeypatch.setenv('FAKE_VLLM_DIE_AFTER', '3'); monkeypatch.setenv('FAKE_VLLM_DIE_ONCE', str(tmp_path / 'died'))
+    hit, restarts = run(tmp_path / 'hit.jsonl', tmp_path / 'hit.log')         # dies on the 4th prompt: the second chunk
+    assert restarts == 1 and hit['n_samples'] == 12
+    assert (tmp_path / 'hit.jsonl').read_text() == (tmp_path / 'fresh.jsonl').read_text()
+    asked = [r for r in records(tmp_path, 'request')[n_fresh:] if r['path'] == '/v1/completions']
+    assert len(asked) == 6 + 2     # 6 prompts, and the 2 of the interrupted chunk once more
+    assert len(records(tmp_path, 'start')) == 3
+
+
+def test_the_openai_sampler_samples_through_the_standin_from_the_tiny_model(fake, tiny_model_dir, tmp_path, monkeypatch):
+    from ei_nb.sample import OpenAISampler, SampleParams, run_pipeline
+    monkeypatch.delenv('FAKE_VLLM_COMPLETIONS')                             # completions from the tiny model itself
+    with vllm_server(tiny_model_dir, settings(fake, max_model_len=4096), tmp_path / 'vllm.log') as srv:
+        smp = OpenAISampler(tiny_model_dir, srv.endpoints, retries=1, log=lambda *a: None)   # names the model by /v1/models
+        assert smp.model == str(Path(tiny_model_dir).absolute())
+        r = run_pipeline(_problems(2), smp, tmp_path / 's.jsonl', SampleParams(n=2, max_new_tokens=16, seed=3), 0, chunk_problems=2)
+    assert r['n_samples'] == 4
+    rows = [json.loads(l) for l in (tmp_path / 's.jsonl').read_text().splitlines()]
+    assert all(1 <= x['n_tokens'] <= 17 for x in rows)
+    asked = [x for x in records(tmp_path, 'request') if x['path'] == '/v1/completions']
+    replies = [x for x in records(tmp_path, 'reply') if x['path'] == '/v1/completions']
+    assert len(asked) == 2 and {x['body']['seed'] for x in asked} == {x['effective'][0]['seed'] for x in replies}
+    assert all(x['body']['n'] == 2 for x in asked) and all(x['effective'][0]['max_tokens'] == 16 for x in replies)
+
+
+QWEN3_GENERATION = {'do_sample': True, 'temperature': 0.6, 'top_k': 20, 'top_p': 0.95}   # what Qwen3 checkpoints ship
+
+@pytest.mark.parametrize('mode, top_k', [('auto', 20), ('vllm', 0)])
+def test_what_the_server_fills_in_for_the_fields_the_openai_sampler_leaves_out(fake, tmp_path, mode, top_k):
+    "Today's request (sample.completion_request) sends no top_k: under vLLM's default `--generation-config auto` the model's"
+    "generation_config.json fills it (top_k = 20 for Qwen3); the managed server's `vllm` keeps vLLM's neutral 0."
+    from ei_nb.sample import SampleParams, completion_request
+    m = model(tmp_path, generation=QWEN3_GENERATION)
+    with vllm_server(m, settings(fake, generation_config=mode), tmp_path / 'vllm.log') as srv:
+        body = completion_request('theorem t : 1 = 1 := by', SampleParams(n=2, temperature=1.0, top_p=0.95, max_new_tokens=8), 5, str(m.absolute()))
+        req = urllib.request.Request(f'{srv.url}/v1/completions', json.dumps(body).encode(), {'Content-Type': 'application/json'})
+        with urllib.request.urlopen(req, timeout=10) as r: reply = json.loads(r.read())
+    assert [c['index'] for c in reply['choices']] == [0, 1] and reply['object'] == 'text_completion'
+    eff = records(tmp_path, 'reply')[-1]['effective'][0]
+    assert (eff['top_k'], eff['temperature'], eff['top_p'], eff['min_p']) == (top_k, 1.0, 0.95, 0.0)
