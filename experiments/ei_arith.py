@@ -28,7 +28,7 @@ os.environ.setdefault('OMP_NUM_THREADS', '1'); os.environ.setdefault('TOKENIZERS
 RECIPE = dict(
     seed=0, hidden_size=64, num_hidden_layers=2, vocab_size=512,
     scored={'2+2': 128}, pool={'2+2': 600}, warm={'1+1': 100, '2+1': 300, '1+2': 300, '2+2': 300},
-    warm_epochs=15, warm_lr=1e-2, warm_batch_tokens=2048,
+    warm_epochs=15, warm_lr=1e-2, warm_batch_tokens=2048, warm_forms=['exact'], warm_comments=[''],
     rounds=4, n=8, max_new_tokens=24, n_e=4, eval_seed=1234, chunk_problems=64,
     lo=0.0, hi=0.75, max_problems=600, max_per_problem=4, rank='shortest',
     lr=5e-3, epochs=4, lora_r=16, lora_alpha=32, batch_tokens=2048, pack_tokens=256,
@@ -85,7 +85,7 @@ def warm_start(R:dict, sets:dict, cache:Path) -> Path:
     if (base/'config.json').exists(): return base
     shutil.rmtree(cache, ignore_errors=True); cache.mkdir(parents=True)
     tiny = build_arith_model(cache/'tiny', R['seed'], R['hidden_size'], R['num_hidden_layers'], R['vocab_size'])
-    m = train_lora(tiny, warm_rows(sets['warm']), cache/'warm', lr=R['warm_lr'], epochs=R['warm_epochs'], full_finetune=True,
+    m = train_lora(tiny, warm_rows(sets['warm'], None, tuple(R['warm_forms']), tuple(R['warm_comments'])), cache/'warm', lr=R['warm_lr'], epochs=R['warm_epochs'], full_finetune=True,
                    batch_tokens=R['warm_batch_tokens'], pack_tokens=R['pack_tokens'], schedule='constant', warmup_ratio=0.0,
                    seed=R['seed'], save_every=0, log_every=10**9)
     (cache/'warm.json').write_text(json.dumps({k: v for k, v in m.items() if k != 'history'} | {'loss': m['history']['loss'][::10]}))
@@ -178,9 +178,10 @@ def main(argv=None):
     t_all = usage()
     apply_mutant(a.mutant)
     sets = write_sets(R, out)
-    warm_key = hashlib.sha256(json.dumps({k: R[k] for k in ('seed', 'hidden_size', 'num_hidden_layers', 'vocab_size', 'warm',
-                                                           'warm_epochs', 'warm_lr', 'warm_batch_tokens', 'pack_tokens', 'scored', 'pool')},
-                                         sort_keys=True).encode()).hexdigest()[:12]
+    keyed = {k: R[k] for k in ('seed', 'hidden_size', 'num_hidden_layers', 'vocab_size', 'warm', 'warm_epochs', 'warm_lr',
+                               'warm_batch_tokens', 'pack_tokens', 'scored', 'pool')}
+    keyed |= {k: R[k] for k in ('warm_forms', 'warm_comments') if R[k] != RECIPE[k]}
+    warm_key = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]
     with Phase('warm start'):
         base = warm_start(R, sets, Path(a.cache)/warm_key)
     scores, rounds, model = [], [], base

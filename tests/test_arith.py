@@ -115,3 +115,13 @@ def test_statement_check_and_probe_run_on_this_backend():
         assert r['verdict'] == 'fail' and r['reason'].startswith('statement')
         assert [check(v, p, '  exact ⟨8577, by norm_num⟩')['verdict'] for _ in range(2)] == ['pass', 'pass']
         assert v.stats['reference_runs'] == 1 and v.stats['lean_runs'] == 2
+
+
+def test_the_stages_verifier_settings_reach_the_arith_checker():
+    "`verify_backend = 'ei_nb.arith:arith_verifier'` (no registration needed) gives the stages this checker."
+    from ei_nb.sample import open_verifier, verifier_of
+    p = arith_problem([12, 30])
+    with open_verifier(verifier_of('ei_nb.arith:arith_verifier', workers=1)) as v:
+        assert v.identity['backend'] == 'arith'
+        assert check(v, p, '  exact ⟨42, by norm_num⟩')['verdict'] == 'pass'
+        assert check(v, p, '  exact ⟨43, by norm_num⟩')['verdict'] == 'fail'
