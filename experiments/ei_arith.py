@@ -7,7 +7,7 @@ export), `ei_nb.sample.run_pipeline` with the transformers sampler (completion p
 `ei_nb.select.select_problems` (the band), `ei_nb.sft.build_sft_rows` (keep rules), `ei_nb.average.average_checkpoints`
 (ft_weight toward the base) and `ei_nb.report.mcnemar_table`.
 
-    python experiments/ei_arith.py --out /tmp/ei_arith/plain                     # the recipe
+    python experiments/ei_arith.py --out /tmp/ei_arith/plain                     # the recipe (RECIPE below)
     python experiments/ei_arith.py --out /tmp/ei_arith/m1 --mutant prompt_loss   # one failure mode
     python experiments/ei_arith.py --out DIR --set rounds=4 --set lr=2e-3        # any recipe number
 
@@ -26,12 +26,12 @@ from pathlib import Path
 os.environ.setdefault('OMP_NUM_THREADS', '1'); os.environ.setdefault('TOKENIZERS_PARALLELISM', 'false')
 
 RECIPE = dict(
-    seed=0, hidden_size=64, num_hidden_layers=2, vocab_size=512,
+    seed=1, hidden_size=64, num_hidden_layers=2, vocab_size=512,
     scored={'2+2': 128}, pool={'2+2': 600}, warm={'1+1': 100, '2+1': 300, '1+2': 300, '2+2': 300},
-    warm_epochs=15, warm_lr=1e-2, warm_batch_tokens=2048, warm_forms=['exact'], warm_comments=[''],
-    rounds=4, n=8, max_new_tokens=24, n_e=4, eval_seed=1234, chunk_problems=64,
+    warm_epochs=25, warm_lr=1e-2, warm_batch_tokens=2048, warm_forms=['exact'], warm_comments=[''],
+    rounds=3, n=8, max_new_tokens=24, n_e=4, eval_seed=1234, chunk_problems=64,
     lo=0.0, hi=0.75, max_problems=600, max_per_problem=4, rank='shortest',
-    lr=5e-3, epochs=4, lora_r=16, lora_alpha=32, batch_tokens=2048, pack_tokens=256,
+    lr=1e-2, epochs=6, lora_r=16, lora_alpha=32, batch_tokens=2048, pack_tokens=256,
     ft_weight=0.7, anchor='original')
 MUTANTS = ('prompt_loss', 'keep_longest', 'band_solved', 'ftw0')
 
