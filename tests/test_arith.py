@@ -1,0 +1,127 @@
+"""Property tests of the arith fragment: the checker, through the whole `Verifier` path, against an independent evaluator.
+
+The evaluator below parses the statement its own way (a character scanner and a two-level fold, no regex, no
+`ei_nb.arith` code) and uses Python's integers; the checker must pass exactly the grammar's proofs of the right value.
+"""
+import random
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from ei_nb.arith import (ARITH_HEADER, OutsideFragment, arith_problem, arith_sets, arith_verifier, grade_of, parse_grade,
+                         parse_statement)
+from ei_nb.core import read_problems, shared_data
+from ei_nb.verify import statement_probe
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def independent_value(formal_statement:str) -> int:
+    "The value of the statement's expression: scan `, EXPR = n`, fold products inside sums (written apart from the checker)."
+    expr = formal_statement[formal_statement.index(',') + 1:formal_statement.rindex('= n')]
+    total, product, number = 0, 1, ''
+    for ch in expr + '+':
+        if ch.isdigit(): number += ch
+        elif ch in '+*':
+            product *= int(number); number = ''
+            if ch == '+': total, product = total + product, 1
+        elif ch != ' ': raise AssertionError(f'unexpected {ch!r}')
+    return total
+
+
+@pytest.fixture(scope='module')
+def verifier():
+    with arith_verifier() as v: yield v
+
+
+def check(verifier, problem, proof):
+    text = f"```lean4\n{problem['header']}{problem['formal_statement']}{proof}\n```"
+    return verifier.verify_one(problem, {'name': problem['name'], 'sample_idx': 0, 'completion': text})
+
+
+operands = st.lists(st.integers(0, 10**7), min_size=2, max_size=4)
+ops = st.sampled_from(['+', '*'])
+spaces = st.sampled_from(['', ' ', '  '])
+
+
+@SETTINGS
+@given(operands, ops, st.integers(-3, 3), st.sampled_from(['exact', 'refine']), spaces, spaces, st.booleans())
+def test_verdict_matches_independent_evaluator(verifier, nums, op, delta, form, s1, s2, comment):
+    p = arith_problem(nums, op)
+    v = max(0, independent_value(p['formal_statement']) + delta)
+    proof = (f'  exact{s1}⟨{s2}{v},{s1}by norm_num{s2}⟩' if form == 'exact' else f'  refine ⟨{v},{s1}?_{s2}⟩\n  norm_num')
+    if comment: proof += '  -- the value'
+    r = check(verifier, p, proof)
+    right = v == independent_value(p['formal_statement'])
+    assert r['verdict'] == ('pass' if right else 'fail'), (proof, r)
+    if not right:
+        (m,) = r['messages']
+        assert m['text'] == 'unsolved goals\n⊢ False' and m['severity'] == 'error'
+        assert m['line'] == (9 if form == 'exact' else 8)     # the inner `by` of `exact`; the theorem's `by` for `refine`
+
+
+@SETTINGS
+@given(operands, ops, st.sampled_from(['  exact ⟨_, rfl⟩', '  norm_num', '  simp', '  decide', '  exact ⟨{v}, rfl⟩',
+                                       '  use {v}', '  exact ⟨0{v}, by norm_num⟩', '  exact ⟨{v}, by norm_num⟩\n  norm_num',
+                                       '  refine ⟨{v}, ?_⟩\n    norm_num', '  exact ⟨{v}, by linarith⟩', '']))
+def test_proofs_outside_the_grammar_never_pass(verifier, nums, op, template):
+    p = arith_problem(nums, op)
+    r = check(verifier, p, template.format(v=independent_value(p['formal_statement'])))
+    assert r['verdict'] == 'fail', (template, r)
+    assert any('no Lean ran' in m['text'] for m in r.get('messages', [])), r
+
+
+@SETTINGS
+@given(operands, ops)
+def test_parse_statement_agrees_with_the_independent_value(nums, op):
+    p = arith_problem(nums, op)
+    name, _, value = parse_statement(p)
+    assert (name, value) == (p['name'], independent_value(p['formal_statement']))
+
+
+def test_every_minif2f_statement_is_refused(verifier):
+    problems = read_problems(shared_data('minif2f_dsp15.jsonl'))
+    for q in problems:
+        with pytest.raises(OutsideFragment, match=f"problem {q['name']!r} is outside the arith fragment"):
+            check(verifier, q, '  norm_num')
+
+
+@SETTINGS
+@given(st.integers(0, 10**6), st.dictionaries(st.sampled_from(['1+1', '2+1', '2+2', '3+2', '2*1']), st.integers(0, 40), max_size=3),
+       st.dictionaries(st.sampled_from(['1+1', '2+1', '2+2', '3+3']), st.integers(0, 40), max_size=3),
+       st.dictionaries(st.sampled_from(['1+1', '1+2', '2*1']), st.integers(0, 30), max_size=2))
+def test_sets_are_seeded_disjoint_and_graded(seed, scored, pool, warm):
+    sets = arith_sets(seed, scored, pool, warm)
+    assert sets == arith_sets(seed, scored, pool, warm)
+    names = [p['name'] for v in sets.values() for p in v]
+    assert len(names) == len(set(names))
+    assert len({p['formal_statement'] for v in sets.values() for p in v}) == len(names)
+    for kind, grades in (('scored', scored), ('pool', pool), ('warm', warm)):
+        got = {}
+        for p in sets[kind]:
+            _, expr, _ = parse_statement(p)
+            op = '*' if '*' in expr else '+'
+            got[grade_of([int(x) for x in expr.split(op)], op)] = got.get(grade_of([int(x) for x in expr.split(op)], op), 0) + 1
+        assert got == {g: k for g, k in grades.items() if k}
+        assert {p['split'] for p in sets[kind]} <= {'scored': {'valid'}, 'pool': {'train'}, 'warm': {'train'}}[kind]
+
+
+def test_statement_check_and_probe_run_on_this_backend():
+    "A changed statement fails the pre-check; a pass runs the reference statement once per problem, through the probe."
+    p = arith_problem([4721, 3856])
+    with arith_verifier() as v:
+        other = p['formal_statement'].replace('3856', '3857')
+        r = v.verify_one(p, {'name': p['name'], 'sample_idx': 0,
+                             'completion': f"```lean4\n{ARITH_HEADER}{other}  exact ⟨8578, by norm_num⟩\n```"})
+        assert r['verdict'] == 'fail' and r['reason'].startswith('statement')
+        assert [check(v, p, '  exact ⟨8577, by norm_num⟩')['verdict'] for _ in range(2)] == ['pass', 'pass']
+        assert v.stats['reference_runs'] == 1 and v.stats['lean_runs'] == 2
+
+
+def test_the_stages_verifier_settings_reach_the_arith_checker():
+    "`verify_backend = 'ei_nb.arith:arith_verifier'` (no registration needed) gives the stages this checker."
+    from ei_nb.sample import open_verifier, verifier_of
+    p = arith_problem([12, 30])
+    with open_verifier(verifier_of('ei_nb.arith:arith_verifier', workers=1)) as v:
+        assert v.identity['backend'] == 'arith'
+        assert check(v, p, '  exact ⟨42, by norm_num⟩')['verdict'] == 'pass'
+        assert check(v, p, '  exact ⟨43, by norm_num⟩')['verdict'] == 'fail'
