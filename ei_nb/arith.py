@@ -153,7 +153,7 @@ def judge_proof(value:int, # the statement's value
     return [outside_grammar(*bad)], 'error'
 
 # %% ../nbs/arith.ipynb #29d0f6de
-from .verify import statement_probe
+from .lean_reply import statement_probe
 
 AXIOMS = ['propext', 'Classical.choice', 'Quot.sound']
 _DECL = re.compile(r"theorem\s+(?P<name>[A-Za-z_][A-Za-z0-9_']*)\s*:\s*(?P<type>.*?)\s*:=\s*(?P<by>by)(?P<tail>.*)")
@@ -222,7 +222,9 @@ class ArithBackend:
     def close(self): pass
 
 # %% ../nbs/arith.ipynb #69de48b7
-from .verify import Verifier, VerifierSettings, VerdictCache, load_policy
+from .policy import load_policy
+from .verifier import Verifier, VerdictCache
+from .verify import VerifierSettings
 
 class ArithVerifier(Verifier):
     "A `Verifier` over `ArithBackend` that refuses a problem outside the fragment before checking anything."

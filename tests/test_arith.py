@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from ei_nb.arith import (ARITH_HEADER, OutsideFragment, arith_problem, arith_sets, arith_verifier, grade_of, parse_grade,
                          parse_statement)
 from ei_nb.core import read_problems, shared_data
-from ei_nb.verify import statement_probe
+from ei_nb.lean_reply import statement_probe
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 from ei_nb.core import shared_data
 from ei_nb.setup_lean import CHECK_HEADER
-from ei_nb.verify import LeanError, ServerBackend, make_verifier
+from ei_nb.lean_backends import ServerBackend
+from ei_nb.lean_reply import LeanError
+from ei_nb.verify import make_verifier
 
 ROOT = Path(__file__).resolve().parent.parent
 KIMINA_DIR, KIMINA_PYTHON = os.environ.get('EI_KIMINA_DIR'), os.environ.get('EI_KIMINA_PYTHON')
