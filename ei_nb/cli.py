@@ -16,7 +16,7 @@ __all__ = ['COMMANDS', 'positive_int', 'nonneg_int', 'positive_float', 'nonneg_f
 COMMANDS = {
     'select':   ('ei_nb.select:select_cli',        'pick pool problems in the pass-rate band (00_select)'),
     'verify':   ('ei_nb.verify:verify_cli',        'extract, pre-check and Lean-check completions (01)'),
-    'sample':   ('ei_nb.sample:sample_cli',        'sample completions, optionally verified in a pipeline (01)'),
+    'sample':   ('ei_nb.sample_job:sample_cli',    'sample completions, optionally verified in a pipeline (01)'),
     'sft-data': ('ei_nb.sft:sft_data_cli',         'build SFT rows from verified samples (02_sft)'),
     'train':    ('ei_nb.train:train_cli',          'LoRA-train, merge and export a model (02a_train)'),
     'average':  ('ei_nb.average:average_cli',      'stream-average two safetensors checkpoints (03_average)'),

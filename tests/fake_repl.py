@@ -50,7 +50,9 @@ message "ei-statement-type: (fake) TEXT", TEXT the declaration of X between its 
 Otherwise the reply is a clean pass: one info message "'NAME' depends on axioms: [propext, ...]"
 on the line of `#print axioms NAME`.
 
-A header containing `import Broken` fails to import (an error message, as Lean reports it).
+A header containing `import Broken` fails to import (an error message, as Lean reports it). Two texts get the error real Lean
+gives them: `exact ei_line_probe_unknown` (an unknown identifier: the `server` backend's line probe, on that line) and the
+`norm_num` of `ei_doctor_false` (`ei doctor`'s false theorem `(2 : ℕ) + 2 = 5`: unsolved goals, on that line).
 Options: --log FILE (appends `start PID`, `cmd PID` and `pickle PID` lines), --header-delay S, --hang-on-header,
 --die-after N (crash on the N-th proof), --no-flush, --lean (act as `lean --json FILE`, FILE the last argument).
 """
@@ -113,6 +115,10 @@ def reply_for(text, env=None, next_state=0):
     if 'FAKE:badshape' in text: return {'env': env, 'messages': 'oops'}
     msgs, sorries = [], []
     if 'FAKE:error' in text: msgs.append(_msg('error', _line_of(text, 'FAKE:error'), 'unsolved goals\n⊢ False', 2, 5))
+    if 'ei_line_probe_unknown' in text:   # ServerBackend's line probe: Lean's error for an unknown identifier, on its line
+        msgs.append(_msg('error', _line_of(text, 'ei_line_probe_unknown'), "unknown identifier 'ei_line_probe_unknown'", 8, 21))
+    if 'ei_doctor_false' in text and 'norm_num' in text:   # ei doctor's false theorem, 2 + 2 = 5
+        msgs.append(_msg('error', _line_of(text, 'norm_num'), 'unsolved goals\n⊢ False', 2, 8))
     if 'FAKE:nullend' in text: msgs.append(_msg('warning', _line_of(text, 'FAKE:nullend'), 'unused variable `h`', 2, None))
     if 'FAKE:sorry428' in text:
         msgs.append(_msg('warning', _line_of(text, 'FAKE:sorry428'), 'declaration uses `sorry`', 8, 10))

@@ -129,7 +129,12 @@ class TinyModel:
         self.model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
         eos = self.model.generation_config.eos_token_id
         self.eos = set(eos if isinstance(eos, list) else [eos]) - {None}
+    lock = threading.Lock()   # one request at a time: a request's seed then fixes its samples whatever runs beside it,
+                              # as vLLM's per-request seeded sampling does (torch's global generator is shared by threads)
     def complete(self, prompt, eff, n):
+        with self.lock: return self._complete(prompt, eff, n)
+
+    def _complete(self, prompt, eff, n):
         t = self.torch
         t.manual_seed(eff['seed'] if eff['seed'] is not None else 0)
         enc = self.tok(prompt, return_tensors='pt', add_special_tokens=False)

@@ -58,6 +58,8 @@ AVG_T = ('tests/test_average.py -k "test_bit_exact and 0.7 and BF16 or test_weig
 PRE_T = ('tests/test_verify.py -k "precheck or dsv2 or judge"',)
 TOK, VERI, REPL_NB = 'nbs/lean_tokens.ipynb', 'nbs/01a_verifier.ipynb', 'nbs/01a_lean_replay.ipynb'
 L28_T = ('tests/test_policy_lean28.py',)
+SERVE27_T = ('tests/test_sampling_parity.py',)
+GUARD27_T = ('tests/test_verifier_guard.py',)
 REP_T = ('tests/test_lean_replay.py -k "forged or crashing or protocol or honest"',)
 VER_T = ('tests/test_verify.py -k "root_name or judge"',)
 CHAIN_T = (PIN + 'test_chain_hash_changes_with_each_stage_seed',)
@@ -250,6 +252,30 @@ MUTANTS = [
       "say(f'ei {argv[0]}: error: {e}'); return 1", 'every error exits 1', *EXIT_T, NB),
     M('exit-interrupt-130', 'nbs/cli.ipynb', "say(f'ei {argv[0]}: interrupted'); return 143",
       "say(f'ei {argv[0]}: interrupted'); return 130", 'a SIGTERM exits 130, not 143', *EXIT_T, NB),
+    # ---- issue 27: managed servers, sampling parity, the verifier guard, the checking server's lines
+    M('served-top-k-left-out', 'nbs/01b_sample.ipynb', "'top_k': params.top_k, ", '',
+      'a sampler leaves top_k out: vllm serve fills it from the model (Qwen3: 20)', *SERVE27_T),
+    M('transformers-top-k-default', 'nbs/01b_sample.ipynb', "'top_p': f['top_p'], 'top_k': f['top_k'],", "'top_p': f['top_p'],",
+      "the transformers sampler keeps transformers' top_k of 50", *SERVE27_T),
+    M('server-generation-config-auto', 'nbs/serve.ipynb', "generation_config:str='vllm'", "generation_config:str='auto'",
+      "the managed server fills unsent fields from the model's generation_config.json", 'tests/test_serve.py -k flags', NB),
+    M('restart-twice-per-chunk', 'nbs/serve.ipynb', "        raise StageFailed(f'the vLLM server died again during",
+      "        server.restart('again'); return run_chunk()\n        raise StageFailed(f'the vLLM server died again during",
+      'a server that dies twice in a chunk is restarted forever instead of failing the stage', 'tests/test_serve.py -k "second_death or one_restart"'),
+    M('guard-never-trips', 'nbs/01a_verify.ipynb', 'if enough and self.errors > self.max_frac * self.checked', 'if False',
+      'a broken verifier scores the run instead of stopping it', *GUARD27_T),
+    M('guard-counts-prechecks', 'nbs/01a_verify.ipynb', "return v['verdict'] == 'fail' and not any(", "return v['verdict'] == 'fail' or not any(",
+      'pre-check rejections dilute the error share', NB),
+    M('errors-kept-on-resume', 'nbs/01b_sample.ipynb', "if v['verdict'] != 'error'}  # checked again", "}  # checked again",
+      'after the fix, the `error` samples keep their `error`', *GUARD27_T),
+    M('auth-is-a-proof-error', 'nbs/01a_lean_backends.ipynb', 'if e.code in (401, 403): raise ServerRefused(', 'if e.code in (): raise ServerRefused(',
+      'a wrong API key scores every proof `error` instead of stopping', *GUARD27_T, 'tests/test_realrun.py -k refuses_the_key'),
+    M('lines-not-shifted', 'nbs/01a_lean_backends.ipynb', "return _shift_lines(reply, _lead_lines(full)) if self.conventions[i] == 'body' else reply",
+      'return reply', "a server counting lines after the imports (kimina before e2cdc1f) misplaces every message", 'tests/test_kimina_lines.py'),
+    M('repl-checked-by-history', 'nbs/setup_lean.ipynb', "    if tree == trees[0]: return 'tag'\n    raise BadInput(", "    if tree == trees[0]: return 'tag'\n    return 'tag'\n    raise BadInput(",
+      'a REPL checkout at another tree is accepted', 'tests/test_realrun.py -k another_tree', NB),
+    M('cache-miss-aborts', 'nbs/setup_lean.ipynb', "    if rc and step is not None and step.may_fail:", "    if False:",
+      "the fork's expected cache miss aborts the set-up before lake build", 'tests/test_realrun.py -k cache_miss', NB),
 ]
 
 

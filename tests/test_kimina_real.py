@@ -4,7 +4,8 @@ kimina-lean-server (project-numina/kimina-lean-server; read at fb2393de, 2026-01
 `lake env $LEAN_SERVER_REPL_PATH` in `$LEAN_SERVER_PROJECT_DIR` (server/repl.py). Here `lake` is a shim that execs its
 arguments and the REPL is tests/fake_repl.py (the recorded v4.9.0-rc1 protocol; it runs NO Lean), so these tests show
 the HTTP layer of the real server and our client together: the API key, integer timeouts, 429 back-off, and where the
-server puts message lines (since its commit e2cdc1f, PR #56: counted from the top of the submitted file).
+server puts message lines (since its commit e2cdc1f, PR #56: counted from the top of the submitted file), which the client
+learns from one probe per server (tests/test_kimina_lines.py covers the convention before e2cdc1f with a stand-in).
 
 Its server is not on PyPI (only its client is, as kimina-client) and nothing of it is vendored here, so the tests need
   EI_KIMINA_DIR     a checkout of project-numina/kimina-lean-server (its server/ and client/ folders)
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 from ei_nb.core import shared_data
 from ei_nb.setup_lean import CHECK_HEADER
-from ei_nb.lean_backends import ServerBackend
+from ei_nb.lean_backends import ServerBackend, ServerRefused
 from ei_nb.lean_reply import LeanError
 from ei_nb.verify import make_verifier
 
@@ -85,27 +86,40 @@ def test_one_verify_round_trip_with_a_key(kimina):
         r = v.verify_one(*_problem_and_sample())
     assert r['verdict'] == 'pass', r
     log = (d/'repl.log').read_text().split()
-    assert log[0::2].count('start') == 1 and log[0::2].count('cmd') == 2     # the REPL ran the header, then the proof
+    assert log[0::2].count('start') == 1 and log[0::2].count('cmd') == 3     # one REPL: the header, the line probe, the proof
 
 
 def test_the_real_server_counts_lines_from_the_top_of_the_file(kimina):
-    "A Lean error on line k of the submitted file comes back on line k: the convention of kimina >= e2cdc1f."
+    "A Lean error on line k of the submitted file comes back on line k: the convention of kimina >= e2cdc1f, learnt by the probe."
     url, _ = kimina
     sent = 'theorem t : 2 + 2 = 5 := by\n  norm_num -- FAKE:error\n\n#print axioms t\n'
-    reply = ServerBackend([url], KEY).run(CHECK_HEADER, sent, 10)
+    sb = ServerBackend([url], KEY)
+    reply = sb.run(CHECK_HEADER, sent, 10)
+    assert sb.conventions == {0: 'file'}                                      # learnt from the line probe, not guessed by version
     full = CHECK_HEADER.rstrip('\n') + '\n\n' + sent                       # what ServerBackend submits
     line = full.split('\n').index('  norm_num -- FAKE:error') + 1
-    errors = [m for m in reply['messages'] if m['severity'] == 'error']
-    assert [m['pos']['line'] for m in errors] == [line]
+    assert [m['pos']['line'] for m in reply['messages'] if m['severity'] == 'error'] == [line]
     in_sent = sent.split('\n').index('  norm_num -- FAKE:error') + 1
-    offsets = ServerBackend([url]).line_offsets(CHECK_HEADER, sent)
-    assert line == in_sent + max(offsets) and line in {in_sent + o for o in offsets}   # today's client accepts it as one of two guesses
+    assert sb.line_offsets(CHECK_HEADER, sent) == {line - in_sent}
 
 
-def test_a_wrong_key_and_a_fractional_timeout_are_refused(kimina):
+def test_the_verifier_reads_calibrated_lines_through_the_real_server(kimina):
     url, _ = kimina
-    with pytest.raises(LeanError, match='HTTP 401'):
+    prob, bad = _problem_and_sample('\n  norm_num -- FAKE:error')
+    with make_verifier('server', endpoints=[url], api_key=KEY, workers=1, timeout=20, statement_check=False) as v:
+        r = v.verify_one(prob, bad)
+    assert r['verdict'] == 'fail' and 'lean error' in r['reason'], r
+    assert [m['line'] for m in r['messages'] if m['severity'] == 'error'] == [r['proof'].split('\n').index('  norm_num -- FAKE:error') + 1]
+
+
+def test_a_wrong_key_stops_the_run_and_a_fractional_timeout_is_refused(kimina):
+    "A 401 is a configuration error (`ServerRefused`, exit 3, naming EI_LEAN_SERVER_KEY), not a per-proof `error`."
+    url, _ = kimina
+    with pytest.raises(ServerRefused, match='HTTP 401.*EI_LEAN_SERVER_KEY'):
         ServerBackend([url], 'wrong').run(CHECK_HEADER, 'theorem t : True := trivial\n', 5)
+    prob, good = _problem_and_sample()
+    with make_verifier('server', endpoints=[url], api_key='wrong', workers=1, timeout=5, statement_check=False) as v:
+        with pytest.raises(ServerRefused): v.verify_one(prob, good)
     body = json.dumps({'codes': [{'custom_id': 'x', 'proof': 'theorem t : True := trivial'}], 'timeout': 2.5}).encode()
     req = urllib.request.Request(f'{url}/verify', body, {'Content-Type': 'application/json', 'Authorization': f'Bearer {KEY}'})
     with pytest.raises(urllib.error.HTTPError) as e: urllib.request.urlopen(req, timeout=10)

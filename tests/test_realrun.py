@@ -44,6 +44,22 @@ def unflushed_repl(path: Path) -> Path:
     return script(path, f'#!/bin/sh\nexec {sys.executable} {path.parent / "unflushed_repl.py"}\n')
 
 
+# `lake env CMD...` runs CMD (what the real lake does, minus the Lean paths); `lake exe cache get` finds nothing for the fork's
+# hashes (exit 1); `lake build` in a project without Mathlib.olean "builds" 3 modules with Lake's progress lines (failing
+# once, halfway, when FAKE_LAKE_FAIL_ONCE names a file that does not exist yet), then writes the olean.
+FAKE_LAKE = """#!/bin/sh
+if [ "$1" = env ]; then shift; exec "$@"; fi
+if [ "$1 $2 $3" = "exe cache get" ]; then echo "Attempting to download 4360 file(s)"; echo "No files to download"; exit 1; fi
+if [ "$1" = build ] && [ -f lean-toolchain ] && [ ! -f .lake/build/lib/Mathlib.olean ]; then
+  echo "[1/3] Building Mathlib.Init"
+  if [ -n "$FAKE_LAKE_FAIL_ONCE" ] && [ ! -f "$FAKE_LAKE_FAIL_ONCE" ]; then touch "$FAKE_LAKE_FAIL_ONCE"; echo "error: killed"; exit 1; fi
+  echo "[2/3] Building Mathlib.Logic"; echo "[3/3] Building Mathlib"
+  mkdir -p .lake/build/lib && touch .lake/build/lib/Mathlib.olean; exit 0
+fi
+echo "fake lake $*"
+"""
+
+
 def git(*args, cwd):
     subprocess.run(['git', '-c', 'user.name=t', '-c', 'user.email=t@t', *args], cwd=cwd, check=True, capture_output=True)
 
@@ -56,7 +72,7 @@ def node(tmp_path):
     elan = tmp_path / 'elan'
     script(elan / 'bin' / 'elan', '#!/bin/sh\necho "fake elan $*"\n')
     # `lake env CMD...` runs CMD (what the real lake does, minus the Lean paths)
-    script(elan / 'bin' / 'lake', '#!/bin/sh\nif [ "$1" = env ]; then shift; exec "$@"; fi\necho "fake lake $*"\n')
+    script(elan / 'bin' / 'lake', FAKE_LAKE)
     script(elan / 'bin' / 'lean', '#!/bin/sh\necho "Lean (version 4.9.0-rc1, x86_64-unknown-linux-gnu, commit dcccfb73cb24, Release)"\n')
     (elan / 'toolchains' / 'leanprover--lean4---v4.9.0-rc1').mkdir(parents=True)
     project = tmp_path / 'lean' / 'mathlib4'
@@ -78,13 +94,18 @@ def node(tmp_path):
     script(tmp_path / 'lean' / 'ei-replay' / '.lake' / 'build' / 'bin' / 'ei-replay', f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests" / "fake_replay.py"} "$@"\n')
     env = {'ELAN_HOME': str(elan), 'PATH': f"{elan / 'bin'}{os.pathsep}{os.environ['PATH']}",
            'EI_REPL_BIN': str(repl / '.lake' / 'build' / 'bin' / 'repl')}
-    return {'elan': elan, 'project': project, 'repl': repl, 'commit': commit, 'env': env}
+    tree = lambda ref: subprocess.run(['git', 'rev-parse', f'{ref}^{{tree}}'], cwd=repl, capture_output=True, text=True).stdout.strip()
+    trees = (tree('v4.9.0-rc1'), tree('HEAD'))      # this stand-in REPL's tag and patched trees (the real ones: setup_lean.REPL_TREE)
+    return {'elan': elan, 'project': project, 'repl': repl, 'commit': commit, 'env': env, 'trees': trees,
+            'args': ('--mathlib-commit', commit, '--repl-trees', ','.join(trees))}
 
 
 def test_setup_lean_dry_run_lists_every_command(tmp_path):
     rc, out, err = ei('setup-lean', '--project', tmp_path / 'lean/mathlib4', '--dry-run', env={'ELAN_HOME': str(tmp_path / 'none')})
     assert rc == 0, err
-    assert out['dry_run'] and set(out['steps']) == {'elan', 'toolchain', 'mathlib', 'oleans', 'repl', 'repl-flush', 'repl-build', 'replay-build'}
+    assert out['dry_run'] and set(out['steps']) == {'elan', 'toolchain', 'mathlib', 'mathlib-cache', 'mathlib-build', 'repl', 'repl-flush',
+                                                     'repl-build', 'replay-build'}
+    assert 'a failure here is expected for the fork' in err and 'getRootHash' in err and 'CPU-hours' in err
     assert set(out['steps'].values()) == {'planned'}
     for cmd in ('elan toolchain install leanprover/lean4:v4.9.0-rc1', 'clone https://github.com/xinhjBrant/mathlib4',
                 'checkout 2f65ba7f1a9144b20c8e7358513548e317d26de1', 'lake exe cache get', 'checkout v4.9.0-rc1',
@@ -94,7 +115,7 @@ def test_setup_lean_dry_run_lists_every_command(tmp_path):
 
 
 def test_setup_lean_checks_and_skips_then_proves_through_the_repl(node):
-    args = ('setup-lean', '--project', node['project'], '--mathlib-commit', node['commit'])
+    args = ('setup-lean', '--project', node['project'], *node['args'])
     for _ in range(2):   # idempotent: the second run finds the same
         rc, out, err = ei(*args, env=node['env'])
         assert rc == 0, err
@@ -102,7 +123,8 @@ def test_setup_lean_checks_and_skips_then_proves_through_the_repl(node):
         assert out['selfcheck']['verdict'] == 'pass'
         assert "'t' depends on axioms: [propext, Classical.choice, Quot.sound]" == out['selfcheck']['axioms']
         assert 'REPL reply: {' in err and 'axioms:' in err
-    assert out['repl_bin'] == node['env']['EI_REPL_BIN']
+    assert out['repl_bin'] == node['env']['EI_REPL_BIN'] and out['lake'] == str(node['elan'] / 'bin' / 'lake')
+    assert f"export PATH={node['elan'] / 'bin'}:$PATH" in err and 'paths.lake' in err   # what makes `lake` work in this shell
 
 
 def test_setup_lean_runs_only_missing_steps(node):
@@ -110,13 +132,14 @@ def test_setup_lean_runs_only_missing_steps(node):
     import shutil
     shutil.rmtree(node['elan'] / 'toolchains')
     ran = []
-    def run(argv, cwd, env, log):   # the toolchain install, done by hand
+    def run(argv, cwd, env, log, step=None):   # the toolchain install, done by hand
         ran.append(argv); (node['elan'] / 'toolchains' / 'leanprover--lean4---v4.9.0-rc1').mkdir(parents=True)
     old = os.environ.get('EI_REPL_BIN')
-    out = setup_lean(node['project'], elan=node['elan'], run=run, mathlib_commit=node['commit'], timeout=60, log=lambda *a: None)
+    out = setup_lean(node['project'], elan=node['elan'], run=run, mathlib_commit=node['commit'], repl_trees=node['trees'], timeout=60, log=lambda *a: None)
     assert ran == [['elan', 'toolchain', 'install', 'leanprover/lean4:v4.9.0-rc1']]
     assert out['steps']['toolchain'] == 'done' and out['steps']['mathlib'] == 'present'
-    assert setup_lean(node['project'], elan=node['elan'], run=None, mathlib_commit=node['commit'], log=lambda *a: None)['steps']['toolchain'] == 'present'
+    assert setup_lean(node['project'], elan=node['elan'], run=None, mathlib_commit=node['commit'], repl_trees=node['trees'],
+                      log=lambda *a: None)['steps']['toolchain'] == 'present'
 
 
 def test_setup_lean_refuses_a_checkout_at_another_commit(node):
@@ -125,9 +148,45 @@ def test_setup_lean_refuses_a_checkout_at_another_commit(node):
     assert 'not 2f65ba7f1a91' in err
 
 
+def test_setup_lean_refuses_a_repl_checkout_at_another_tree(node):
+    "The REPL is checked by its tree (the tag + the flush commit), not by a history that merely contains the tag."
+    rc, out, err = ei('setup-lean', '--project', node['project'], '--mathlib-commit', node['commit'], env=node['env'])   # the real trees
+    assert rc == 2 and 'neither the REPL tag v4.9.0-rc1 (tree 72c5a64a86d0)' in err and '(tree 45bc40f043dd)' in err
+    (node['repl'] / 'REPL' / 'Main.lean').write_text('-- edited\n')
+    rc, out, err = ei('setup-lean', '--project', node['project'], *node['args'], env=node['env'])
+    assert rc == 2 and 'local edits' in err
+
+
+def test_setup_lean_builds_mathlib_after_the_expected_cache_miss_and_a_rerun_resumes(node, tmp_path):
+    (node['project'] / '.lake' / 'build' / 'lib' / 'Mathlib.olean').unlink()
+    env = {**node['env'], 'FAKE_LAKE_FAIL_ONCE': str(tmp_path / 'failed-once')}
+    rc, out, err = ei('setup-lean', '--project', node['project'], *node['args'], env=env)
+    assert rc == 3 and 'lake build failed with exit 1; rerun `ei setup-lean` to resume the build' in err
+    assert 'No files to download' in err and 'failed (exit 1): expected for the fork' in err   # the cache miss did not stop it
+    assert 'CPU-hours' in err and 'lake build: 1/3 (33%)' in err                              # the estimate, then the progress
+    rc, out, err = ei('setup-lean', '--project', node['project'], *node['args'], env=env)
+    assert rc == 0, err
+    assert out['steps']['mathlib-cache'] == 'present' and out['steps']['mathlib-build'] == 'done'   # the cache is not asked again
+    assert 'lake build: 3/3 (100%)' in err and 'Building Mathlib.Logic' in (node['project'] / '.lake' / 'ei-build.log').read_text()
+
+
+def test_setup_lean_kimina_writes_the_environment_of_the_checking_server(node, tmp_path):
+    rc, out, err = ei('setup-lean', '--project', node['project'], *node['args'], '--kimina', env=node['env'])
+    assert rc == 0, err
+    env_file = Path(out['kimina']['env_file'])
+    from ei_nb.setup_lean import read_env_file
+    e = read_env_file(env_file)
+    assert e['LEAN_SERVER_REPL_PATH'] == node['env']['EI_REPL_BIN'] and e['LEAN_SERVER_PROJECT_DIR'] == str(node['project'])
+    assert e['LEAN_SERVER_PORT'] == '12332' and e['LEAN_SERVER_PORT'] != '8000' and len(e['LEAN_SERVER_API_KEY']) >= 24
+    assert e['PATH'] == f"{node['elan'] / 'bin'}:$PATH"                                   # the server starts REPLs with `lake env`
+    assert f'export EI_LEAN_SERVER_KEY={e["LEAN_SERVER_API_KEY"]}' in err and 'python -m server' in err and 'setup.sh' in err
+    rc, out, err = ei('setup-lean', '--project', node['project'], *node['args'], '--kimina', env=node['env'])
+    assert read_env_file(env_file)['LEAN_SERVER_API_KEY'] == e['LEAN_SERVER_API_KEY']      # a rerun keeps the key
+
+
 def test_setup_lean_fails_when_the_repl_does_not_flush(node):
     unflushed_repl(Path(node['env']['EI_REPL_BIN']))
-    rc, out, err = ei('setup-lean', '--project', node['project'], '--mathlib-commit', node['commit'], '--timeout', '2', env=node['env'])
+    rc, out, err = ei('setup-lean', '--project', node['project'], *node['args'], '--timeout', '2', env=node['env'])
     assert rc == 3 and 'self-check failed' in err and '4fc1e6d' in err   # the verifier names the no-flush REPL and its fix
 
 
@@ -150,8 +209,10 @@ def test_doctor_fails_with_the_fix_on_the_reference_config_here(tmp_path):
     rows = {r['check']: r for r in out['rows']}
     assert rows['base model']['status'] == 'FAIL' and 'huggingface-cli download' in rows['base model']['fix']
     assert rows['pool']['status'] == 'FAIL' and 'ei pool' in rows['pool']['fix']
-    assert rows['gpus']['status'] == 'FAIL'      # vllm with data parallel 4, no CUDA here
+    assert rows['gpus']['status'] == 'FAIL'      # the managed server's 4 data-parallel engines, no CUDA here
     assert rows['scored']['status'] == 'OK'       # miniF2F-valid, none of the test split
+    assert rows['vllm serve']['status'] == 'FAIL' and "pip install 'ei_nb[vllm]'" in rows['vllm serve']['fix']   # no vllm here
+    assert '--data-parallel-size 4' in rows['server command']['detail'] and '--generation-config vllm' in rows['server command']['detail']
     assert 'not ready:' in err
 
 
@@ -167,17 +228,58 @@ def test_doctor_checks_the_pool_against_protected(tmp_path):
 
 
 def test_doctor_lean_rows_against_the_repl_stand_in(node, tmp_path, monkeypatch):
-    from ei_nb.doctor import preflight, check_lean, Context
+    "The run's own verifier: 8 REPLs at once under the memory limit on a known proof, a false theorem, the statement probe."
+    from ei_nb.doctor import check_lean, Context
     from ei_nb.config import load_config
     for k, v in node['env'].items(): monkeypatch.setenv(k, v)
     cfg = load_config(ROOT / 'configs/goedel8b.toml', [f'paths.lean_project="{node["project"]}"'], warn=lambda *a: None)
     rows = {r['check']: r for r in check_lean(Context(cfg, tmp_path / 'run'), timeout=30)}
-    assert {k: r['status'] for k, r in rows.items()} == {'lean toolchain': 'OK', 'lean version': 'OK', 'mathlib oleans': 'OK',
-                                                         'repl answers': 'OK', '#print axioms': 'OK'}
+    assert {k: r['status'] for k, r in rows.items()} == {
+        'lake': 'OK', 'lean toolchain': 'OK', 'lean version': 'OK', 'mathlib oleans': 'OK',
+        'repl: a known proof, 8 at once under 10240 MiB each': 'OK', 'repl: a false theorem': 'OK', 'repl: statement probe': 'OK'}, rows
+    assert rows['lake']['detail'] == str(node['elan'] / 'bin' / 'lake')                # found through $ELAN_HOME/bin
     unflushed_repl(Path(node['env']['EI_REPL_BIN']))
-    rows = {r['check']: r for r in check_lean(Context(cfg, tmp_path / 'run'), timeout=2)}
-    assert rows['repl answers']['status'] == 'FAIL' and 'did not answer the header' in rows['repl answers']['detail'] \
-        and '4fc1e6d' in rows['repl answers']['detail'] and 'EI_REPL_BIN' in rows['repl answers']['fix']
+    rows = check_lean(Context(cfg, tmp_path / 'run'), timeout=2)
+    bad = [r for r in rows if r['status'] == 'FAIL']
+    assert len(bad) == 1 and 'did not answer the header' in bad[0]['detail'] and '4fc1e6d' in bad[0]['detail'] and 'EI_REPL_BIN' in bad[0]['fix']
+
+
+def test_doctor_finds_lake_only_where_the_run_looks(tmp_path, monkeypatch):
+    from ei_nb.doctor import check_lean, Context
+    from ei_nb.config import load_config
+    project = tmp_path / 'mathlib4'; project.mkdir()
+    monkeypatch.setenv('ELAN_HOME', str(tmp_path / 'no-elan')); monkeypatch.setenv('HOME', str(tmp_path)); monkeypatch.delenv('EI_LAKE', raising=False)
+    monkeypatch.setenv('PATH', '/usr/bin:/bin')
+    cfg = load_config(ROOT / 'configs/goedel8b.toml', [f'paths.lean_project="{project}"'], warn=lambda *a: None)
+    (lake,) = [r for r in check_lean(Context(cfg, tmp_path / 'run')) if r['check'] == 'lake']
+    assert lake['status'] == 'FAIL' and 'paths.lake, then $ELAN_HOME/bin/lake, then ~/.elan/bin/lake, then on the PATH' in lake['fix']
+    assert 'export PATH=$HOME/.elan/bin:$PATH' in lake['fix']
+
+
+def test_doctor_refuses_the_in_process_vllm_sampler_with_data_parallel(tmp_path):
+    from ei_nb.doctor import Context, check_samplers
+    from ei_nb.config import load_config
+    cfg = load_config(ROOT / 'configs/goedel8b.toml', ['sample_verify.sampler="vllm"', 'sample_verify.data_parallel_size=4'], warn=lambda *a: None)
+    (r,) = [r for r in check_samplers(Context(cfg, tmp_path / 'run')) if r['check'] == '[sample_verify] sampler vllm']
+    assert r['status'] == 'FAIL' and 'PR #27282' in r['fix'] and 'sampler = "served"' in r['fix']
+
+
+def test_doctor_checks_the_server_length_against_the_longest_prompt_and_the_cap(tiny_model_dir, tmp_path):
+    from ei_nb.doctor import Context, check_samplers
+    from ei_nb.config import load_config
+    from ei_nb.core import write_records
+    import shutil
+    base = tmp_path / 'model'; shutil.copytree(tiny_model_dir, base)
+    (base / 'generation_config.json').write_text(json.dumps({'temperature': 0.6, 'top_k': 20, 'top_p': 0.95}))
+    write_records(tmp_path / 'pool.jsonl', [p for p in read_problems(shared_data('minif2f_dsp15.jsonl')) if p['split'] == 'valid'][:5], 'problem')
+    sets = [f'paths.base_model="{base}"', f'paths.pool="{tmp_path}/pool.jsonl"', 'serve.max_model_len=4096']
+    rows = {r['check']: r for r in check_samplers(Context(load_config(ROOT / 'configs/goedel8b.toml', sets, warn=lambda *a: None), tmp_path / 'r'))}
+    assert rows['01_sample_verify: max model len']['status'] == 'FAIL' and 'serve.max_model_len >= 16' in rows['01_sample_verify: max model len']['fix']
+    assert rows['04_eval: max model len']['status'] == 'FAIL'                                   # 30,000 new tokens do not fit in 4,096
+    assert "'top_k': 20" in rows['generation_config.json']['detail'] and 'not used' in rows['generation_config.json']['detail']
+    sets[-1] = 'serve.max_model_len=32768'
+    rows = {r['check']: r for r in check_samplers(Context(load_config(ROOT / 'configs/goedel8b.toml', sets, warn=lambda *a: None), tmp_path / 'r'))}
+    assert rows['01_sample_verify: max model len']['status'] == 'OK' and rows['04_eval: max model len']['status'] == 'OK'
 
 
 # -- ei pool
@@ -300,7 +402,8 @@ def test_ei_sample_with_the_openai_sampler(tiny_model_dir, serve, tmp_path):
 
 
 def test_a_dead_endpoint_costs_at_most_one_chunk(tiny_model_dir, serve, tmp_path):
-    from ei_nb.sample import OpenAISampler, SampleParams, run_pipeline
+    from ei_nb.sample import SampleParams, run_pipeline
+    from ei_nb.served import OpenAISampler
     problems = [p for p in read_problems(shared_data('minif2f_dsp15.jsonl')) if p['split'] == 'valid'][:6]
     url, cls = serve(tiny_model_dir, fail_after=3)     # the node dies during the second chunk of two problems
     smp = OpenAISampler(tiny_model_dir, [url], retries=2, backoff=0.01, log=lambda *a: None)
@@ -320,12 +423,29 @@ def test_a_dead_endpoint_costs_at_most_one_chunk(tiny_model_dir, serve, tmp_path
 
 @pytest.mark.parametrize('name', ['goedel8b.toml', 'goedel8b_two_node.toml'])
 def test_reference_configs_load(name):
-    from ei_nb.config import load_config
+    from ei_nb.config import load_config, validate_config
     cfg = load_config(ROOT / 'configs' / name, warn=lambda *a: None)
+    validate_config(cfg, check_paths=False)
     assert cfg['paths']['pool'] == 'data/pool.jsonl' and cfg['paths']['lean_project'] == 'lean/mathlib4'
+    assert cfg['stages']['01_sample_verify']['sampler'] == 'served' and cfg['stages']['04_eval']['sampler'] == 'served'
+    assert cfg['verify']['max_error_frac'] == 0.1 and cfg['serve']['generation_config'] == 'vllm'
     if 'two_node' in name:
-        assert cfg['stages']['01_sample_verify']['sampler'] == 'openai' and cfg['stages']['04_eval']['sampler'] == 'openai'
-        assert cfg['run']['env']['EI_OPENAI_ENDPOINTS'].count('http') == 2
+        assert (cfg['serve']['backend'], cfg['serve']['data_parallel_size'], cfg['serve']['data_parallel_size_local']) == ('ray', 8, 4)
+        assert 'EI_OPENAI_ENDPOINTS' not in cfg['run']['env'] and cfg['run']['env']['EI_LEAN_SERVER_ENDPOINTS'].count('http') == 2
+    else: assert (cfg['serve']['backend'], cfg['serve']['data_parallel_size']) == ('local', 4)
+
+
+@pytest.mark.parametrize('name, flags', [('goedel8b.toml', '--data-parallel-size 4 --tensor-parallel-size 1 --seed 0 --generation-config vllm --max-model-len 40960'),
+                                         ('goedel8b_two_node.toml', '--data-parallel-size 8 --tensor-parallel-size 1 --seed 0 --generation-config vllm '
+                                                                    '--max-model-len 40960 --data-parallel-backend ray --data-parallel-size-local 4')])
+def test_the_dry_run_shows_the_server_commands(name, flags, tmp_path):
+    r = subprocess.run([sys.executable, '-c', 'from ei_nb.cli import _entry; _entry()', 'run', '--config', f'configs/{name}', '--run-dir',
+                        str(tmp_path / 'r'), '--dry-run'], capture_output=True, text=True, cwd=ROOT, env={**os.environ, 'PYTHONPATH': str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    cmds = [l.split('server: ', 1)[1] for l in r.stdout.splitlines() if 'server: ' in l]
+    assert len(cmds) == 2 + 3 * 2                                     # round 0: 01 and 04; three rounds of 01 and 04
+    assert cmds[0] == f'vllm serve {ROOT / "models/Goedel-Prover-V2-8B"} --host 127.0.0.1 --port PORT {flags}'
+    assert cmds[-1] == f'vllm serve {tmp_path / "r" / "round_03" / "model"} --host 127.0.0.1 --port PORT {flags}'
 
 
 def test_new_commands_are_in_ei_help():
@@ -334,19 +454,33 @@ def test_new_commands_are_in_ei_help():
     for cmd in ('setup-lean', 'doctor', 'pool'): assert f'  {cmd}' in r.stderr
 
 
-def test_doctor_rows_of_the_two_node_config(serve, tiny_model_dir, tmp_path, monkeypatch):
+def test_doctor_rows_of_the_two_node_config(tmp_path, monkeypatch):
+    "The Ray backend's cluster row, and a real /verify round trip with the key on each checking server (tests/test_kimina_lines.py)."
     from ei_nb.doctor import Context, check_samplers, check_lean, check_cpus
     from ei_nb.config import load_config
+    from tests.test_kimina_lines import kimina
     import socket
-    live, _ = serve(tiny_model_dir)
     with socket.socket() as s: s.bind(('127.0.0.1', 0)); closed = f'http://127.0.0.1:{s.getsockname()[1]}'   # nothing listens there
-    monkeypatch.setenv('EI_OPENAI_ENDPOINTS', f'{live}/v1,{closed}/v1')
-    monkeypatch.setenv('EI_LEAN_SERVER_ENDPOINTS', f'{live},{closed}')
+    monkeypatch.setenv('PATH', str(script(tmp_path / 'bin' / 'ray', '#!/bin/sh\necho "ray: no cluster here" >&2; exit 1\n').parent) + os.pathsep + os.environ['PATH'])
     cfg = load_config(ROOT / 'configs/goedel8b_two_node.toml', warn=lambda *a: None)
-    rows = check_samplers(Context(cfg, tmp_path / 'run'))
-    assert [r['status'] for r in rows] == ['WARN', 'FAIL']          # up, but not serving the base model of the config
-    assert str(tiny_model_dir) in rows[0]['detail'] and 'vllm serve' in rows[1]['fix']
-    ctx = Context(load_config(ROOT / 'configs/goedel8b_two_node.toml', [f'paths.base_model="{tiny_model_dir}"'], warn=lambda *a: None), tmp_path / 'run')
-    assert [r['status'] for r in check_samplers(ctx)] == ['OK', 'FAIL']
-    assert [r['status'] for r in check_lean(ctx)] == ['OK', 'FAIL']       # the checking servers accept connections?
-    assert check_cpus(ctx)[0]['status'] == 'OK'                          # 32 checks in flight run on the servers
+    rows = {r['check']: r for r in check_samplers(Context(cfg, tmp_path / 'run'))}
+    assert rows['ray cluster']['status'] == 'FAIL' and 'ray start --head' in rows['ray cluster']['fix']
+    assert '--data-parallel-backend ray --data-parallel-size-local 4' in rows['server command']['detail']
+    with kimina('file') as (live, h):
+        monkeypatch.setenv('EI_LEAN_SERVER_ENDPOINTS', f'{live},{closed}')
+        rows = {r['check']: r for r in check_lean(Context(cfg, tmp_path / 'run'), timeout=30)}
+    assert rows['server: a known proof, 32 at once']['status'] == 'OK' and rows['server: a false theorem']['status'] == 'OK'
+    assert rows['server: statement probe']['status'] == 'OK'
+    assert rows[f'server {live}: message lines']['detail'].startswith('from the top of the file')
+    assert rows[f'server {closed}: message lines']['status'] == 'WARN'       # it never answered: its proofs went to the live one
+    assert check_cpus(Context(cfg, tmp_path / 'run'))[0]['status'] == 'OK'       # 32 checks in flight run on the servers
+
+
+def test_doctor_says_when_the_checking_server_refuses_the_key(tmp_path, monkeypatch):
+    from ei_nb.doctor import Context, check_lean
+    from ei_nb.config import load_config
+    from tests.test_verifier_guard import checker
+    with checker('401') as (url, h):
+        monkeypatch.setenv('EI_LEAN_SERVER_ENDPOINTS', url); monkeypatch.setenv('EI_LEAN_SERVER_KEY', 'wrong')
+        rows = check_lean(Context(load_config(ROOT / 'configs/goedel8b_two_node.toml', warn=lambda *a: None), tmp_path / 'run'), timeout=5)
+    assert [r['status'] for r in rows] == ['FAIL'] and 'HTTP 401' in rows[0]['detail'] and 'EI_LEAN_SERVER_KEY' in rows[0]['detail']

@@ -45,7 +45,7 @@ def gone(*pids, within=15.0) -> bool:
     return True
 
 def settings(exe, **kw):
-    return ServeSettings(**{'vllm_bin': str(exe), 'start_timeout': 60, 'stop_grace': 5, **kw})
+    return ServeSettings(**{'vllm_bin': str(exe), 'deadline': 60, 'grace': 5, **kw})
 
 
 # -- the stand-in parses vLLM's flags as vLLM does
@@ -93,7 +93,7 @@ def test_the_wait_lasts_until_v1_models_names_the_folder(fake, tmp_path, monkeyp
 
 def test_a_server_that_is_not_ready_by_the_deadline_is_stopped(fake, tmp_path, monkeypatch):
     monkeypatch.setenv('FAKE_VLLM_START_DELAY', '60')
-    srv = ManagedServer(model(tmp_path), settings(fake, start_timeout=1.5), tmp_path / 'vllm.log')
+    srv = ManagedServer(model(tmp_path), settings(fake, deadline=1.5), tmp_path / 'vllm.log')
     with pytest.raises(StageFailed, match=r'did not serve .* within 1.5 s'):
         srv.start()
     assert group_members(srv.proc.pid) == []
@@ -124,7 +124,7 @@ def test_nothing_is_left_after_the_block_ends_or_raises(fake, tmp_path):
 def test_a_server_that_ignores_sigterm_is_killed_after_the_grace(fake, tmp_path, monkeypatch):
     monkeypatch.setenv('FAKE_VLLM_IGNORE_TERM', '1')
     t0 = time.monotonic()
-    with vllm_server(model(tmp_path), settings(fake, stop_grace=1), tmp_path / 'vllm.log') as srv: pid = srv.proc.pid
+    with vllm_server(model(tmp_path), settings(fake, grace=1), tmp_path / 'vllm.log') as srv: pid = srv.proc.pid
     assert not alive(pid) and time.monotonic() - t0 < 30
     assert 'stopped (killed)' in (tmp_path / 'vllm.log').read_text()
 
@@ -132,7 +132,7 @@ def test_a_server_that_ignores_sigterm_is_killed_after_the_grace(fake, tmp_path,
 HOLDER = '''
 import json, sys, time
 from ei_nb.serve import ServeSettings, vllm_server
-s = ServeSettings(vllm_bin=sys.argv[1], start_timeout=60, stop_grace=5)
+s = ServeSettings(vllm_bin=sys.argv[1], deadline=60, grace=5)
 with vllm_server(sys.argv[2], s, sys.argv[3]) as srv:
     print(json.dumps({'pid': srv.proc.pid}), flush=True)
     time.sleep(600)
@@ -179,27 +179,19 @@ def test_one_restart_per_chunk_then_the_stage_fails(fake, tmp_path, monkeypatch)
     assert group_members(srv.proc.pid) == []
 
 
-# -- the existing `openai` sampler (ei_nb.sample, read-only here) through the stand-in
-
-class RestartingSampler:
-    "The wiring this issue asks for, done from outside sample.py: each chunk through `with_restart`."
-    def __init__(self, inner, server): self.inner, self.server = inner, server
-    def __getattr__(self, k): return getattr(self.inner, k)
-    def generate(self, prompts, params, seeds):
-        return with_restart(self.server, lambda: self.inner.generate(prompts, params, seeds))
-
+# -- the `served` sampler (ei_nb.served): the managed server behind the `openai` client, each chunk through `with_restart`
 
 def _problems(k):
     return [p for p in read_problems(shared_data('minif2f_dsp15.jsonl')) if p['split'] == 'valid'][:k]
 
 
 def test_a_server_killed_mid_stage_costs_one_chunk_and_the_files_equal_an_uninterrupted_run(fake, tiny_model_dir, tmp_path, monkeypatch):
-    from ei_nb.sample import OpenAISampler, SampleParams, run_pipeline
+    from ei_nb.sample import SampleParams, run_pipeline
+    from ei_nb.served import ServedSampler
     params = SampleParams(n=2, max_new_tokens=32, seed=0)
     def run(out, log):
-        with vllm_server(tiny_model_dir, settings(fake), log) as srv:
-            smp = RestartingSampler(OpenAISampler(tiny_model_dir, srv.endpoints, retries=1, backoff=0.01, log=lambda *a: None), srv)
-            return run_pipeline(_problems(6), smp, out, params, 1, chunk_problems=2), srv.restarts
+        with ServedSampler(tiny_model_dir, settings(fake), log, log=lambda *a: None, retries=1, backoff=0.01) as smp:
+            return run_pipeline(_problems(6), smp, out, params, 1, chunk_problems=2), smp.server.restarts
     fresh, restarts = run(tmp_path / 'fresh.jsonl', tmp_path / 'fresh.log')
     assert restarts == 0 and fresh['n_samples'] == 12
     n_fresh = len(records(tmp_path, 'request'))
@@ -210,10 +202,31 @@ def test_a_server_killed_mid_stage_costs_one_chunk_and_the_files_equal_an_uninte
     asked = [r for r in records(tmp_path, 'request')[n_fresh:] if r['path'] == '/v1/completions']
     assert len(asked) == 6 + 2     # 6 prompts, and the 2 of the interrupted chunk once more
     assert len(records(tmp_path, 'start')) == 3
+    assert 'restarting' in (tmp_path / 'hit.log').read_text() or (tmp_path / 'hit.log').read_text().count('starting:') == 2
+
+
+def test_a_second_death_in_one_chunk_fails_naming_the_log_and_keeps_the_finished_chunks(fake, tiny_model_dir, tmp_path, monkeypatch):
+    from ei_nb.sample import SampleParams, run_pipeline
+    from ei_nb.served import ServedSampler
+    class KilledAfterTheFirstChunk(ServedSampler):
+        "The server is killed after the first chunk, and every server started after that dies on its first request."
+        chunks = 0
+        def generate(self, *a):
+            self.chunks += 1
+            if self.chunks == 2: monkeypatch.setenv('FAKE_VLLM_DIE_AFTER', '0'); os.killpg(self.server.proc.pid, signal.SIGKILL)
+            return super().generate(*a)
+    with pytest.raises(StageFailed, match='died again') as e:
+        with KilledAfterTheFirstChunk(tiny_model_dir, settings(fake), tmp_path / 'logs' / 'vllm.log', log=lambda *a: None, retries=1, backoff=0.01) as smp:
+            run_pipeline(_problems(6), smp, tmp_path / 's.jsonl', SampleParams(n=2, max_new_tokens=16, seed=0), 1, chunk_problems=2)
+    assert str(tmp_path / 'logs' / 'vllm.log') in str(e.value) and 'rerun the same command' in str(e.value)
+    assert len((tmp_path / 's.jsonl').read_text().splitlines()) == 4          # the first chunk is on disk
+    starts = records(tmp_path, 'start')
+    assert len(starts) == 2 and gone(*[r['pid'] for r in starts], *[r['engine_pid'] for r in starts])   # one restart, nothing left
 
 
 def test_the_openai_sampler_samples_through_the_standin_from_the_tiny_model(fake, tiny_model_dir, tmp_path, monkeypatch):
-    from ei_nb.sample import OpenAISampler, SampleParams, run_pipeline
+    from ei_nb.sample import SampleParams, run_pipeline
+    from ei_nb.served import OpenAISampler
     monkeypatch.delenv('FAKE_VLLM_COMPLETIONS')                             # completions from the tiny model itself
     with vllm_server(tiny_model_dir, settings(fake, max_model_len=4096), tmp_path / 'vllm.log') as srv:
         smp = OpenAISampler(tiny_model_dir, srv.endpoints, retries=1, log=lambda *a: None)   # names the model by /v1/models
@@ -230,16 +243,24 @@ def test_the_openai_sampler_samples_through_the_standin_from_the_tiny_model(fake
 
 QWEN3_GENERATION = {'do_sample': True, 'temperature': 0.6, 'top_k': 20, 'top_p': 0.95}   # what Qwen3 checkpoints ship
 
-@pytest.mark.parametrize('mode, top_k', [('auto', 20), ('vllm', 0)])
-def test_what_the_server_fills_in_for_the_fields_the_openai_sampler_leaves_out(fake, tmp_path, mode, top_k):
-    "Today's request (sample.completion_request) sends no top_k: under vLLM's default `--generation-config auto` the model's"
-    "generation_config.json fills it (top_k = 20 for Qwen3); the managed server's `vllm` keeps vLLM's neutral 0."
-    from ei_nb.sample import SampleParams, completion_request
-    m = model(tmp_path, generation=QWEN3_GENERATION)
-    with vllm_server(m, settings(fake, generation_config=mode), tmp_path / 'vllm.log') as srv:
-        body = completion_request('theorem t : 1 = 1 := by', SampleParams(n=2, temperature=1.0, top_p=0.95, max_new_tokens=8), 5, str(m.absolute()))
-        req = urllib.request.Request(f'{srv.url}/v1/completions', json.dumps(body).encode(), {'Content-Type': 'application/json'})
-        with urllib.request.urlopen(req, timeout=10) as r: reply = json.loads(r.read())
-    assert [c['index'] for c in reply['choices']] == [0, 1] and reply['object'] == 'text_completion'
-    eff = records(tmp_path, 'reply')[-1]['effective'][0]
-    assert (eff['top_k'], eff['temperature'], eff['top_p'], eff['min_p']) == (top_k, 1.0, 0.95, 0.0)
+def test_explicit_fields_win_over_the_models_generation_config_even_under_auto(fake, tmp_path):
+    "A request with only n, temperature, top_p, max_tokens, seed (the sampler before issue 27) gets top_k = 20 from a Qwen3"
+    "generation_config.json under vLLM's default `--generation-config auto`; today's request sends every field, so it gets 0"
+    "there too; and the managed server refuses `auto` anyway."
+    from ei_nb.sample import SampleParams
+    from ei_nb.serve import free_port, start_process, stop_process
+    from ei_nb.served import completion_request
+    m, port = model(tmp_path, generation=QWEN3_GENERATION), free_port()
+    proc = start_process([str(fake), 'serve', str(m), '--port', str(port), '--host', '127.0.0.1'], tmp_path / 'auto.log')   # vLLM's defaults
+    try:
+        while http_get(f'http://127.0.0.1:{port}/health')[0] != 200: time.sleep(0.2)
+        new = completion_request('theorem t : 1 = 1 := by', SampleParams(n=2, max_new_tokens=8), 5, str(m))
+        old = {k: new[k] for k in ('model', 'prompt', 'n', 'temperature', 'top_p', 'max_tokens', 'seed', 'skip_special_tokens')}
+        for body in (old, new):
+            req = urllib.request.Request(f'http://127.0.0.1:{port}/v1/completions', json.dumps(body).encode(), {'Content-Type': 'application/json'})
+            with urllib.request.urlopen(req, timeout=10) as r: assert [c['index'] for c in json.loads(r.read())['choices']] == [0, 1]
+    finally: stop_process(proc, 5)
+    (old_eff,), (new_eff,) = [r['effective'] for r in records(tmp_path, 'reply')[-2:]]
+    assert (old_eff['top_k'], old_eff['temperature']) == (20, 1.0)           # the server filled top_k in
+    assert (new_eff['top_k'], new_eff['temperature'], new_eff['top_p'], new_eff['min_p']) == (0, 1.0, 0.95, 0.0)
+    with pytest.raises(Exception, match='generation_config.json'): ServeSettings(generation_config='auto')

@@ -547,7 +547,7 @@ class TestFaultInjectionServer:
         assert [r['verdict'] for r in res] == ['pass', 'fail', 'fail', 'pass', 'error', 'pass']
         assert 'timed out' in res[4]['reason']
         ports = [int(u.rsplit(':', 1)[1]) for u in urls]
-        assert sorted(h.hits.count(p) for p in ports) == [3, 3] and set(h.keys) == {'k3y'}
+        assert sorted(h.hits.count(p) for p in ports) == [4, 4] and set(h.keys) == {'k3y'}   # 3 proofs and 1 line probe each (issue 27)
 
     def test_dead_endpoint_is_skipped_and_all_dead_is_an_error(self):
         with kimina(1) as (urls, h):
@@ -567,7 +567,7 @@ class TestFaultInjectionServer:
         with kimina(1, busy=2) as (urls, h), make_verifier('server', endpoints=urls, timeout=2.5, busy_retries=3, statement_check=False) as v:
             v.backend.busy_backoff = 0.05
             r = v.verify_one(*_proof())
-        assert r['verdict'] == 'pass' and len(h.hits) == 3, r          # two 429s, then the answer; 2.5 s sent as 3
+        assert r['verdict'] == 'pass' and len(h.hits) == 4, r          # two 429s, then the line probe and the answer; 2.5 s sent as 3
         with kimina(1, busy=99) as (urls, h), make_verifier('server', endpoints=urls, timeout=2, busy_retries=2, statement_check=False) as v:
             v.backend.busy_backoff = 0.05
             r = v.verify_one(*_proof())

@@ -1,0 +1,117 @@
+"""Issue 27, part 3: a broken verifier stops the run instead of scoring it. Stand-ins: a checking server whose every check
+times out (kimina-lean-server answers a proof past its timeout with 200 and `"error": "Lean REPL command timed out in N
+seconds"`, server/routers/check.py at fb2393de), a REPL that crashes on every proof (tests/fake_repl.py --die-after 1), and a
+checking server that answers 401 (kimina's server/auth.py: a wrong key). `ei eval`, `ei verify` and `ei confirm run` stop with
+exit 3 naming the error share, the most common reason and the fix; the stage keeps its finished chunks, and the rerun after
+the fix resumes and checks the `error` samples again. Sampling goes through the `served` sampler and the stand-in
+`vllm serve` (tests/fake_vllm.py) with canned proofs, so every sample reaches the checker."""
+import contextlib, http.server, json, sys, threading
+from pathlib import Path
+import pytest
+from ei_nb.core import StageFailed, read_problems, read_samples, read_verdicts, shared_data, write_records
+
+ROOT = Path(__file__).resolve().parent.parent
+from tests import fake_repl
+
+SERVE = {'vllm_bin': f'{sys.executable} {ROOT / "tests" / "fake_vllm.py"}', 'deadline': 120, 'grace': 5}
+
+
+class Checker(http.server.BaseHTTPRequestHandler):
+    "A kimina-lean-server stand-in: `ok` (the fake REPL's reply, lines from the top of the file), `timeout`, or `401`."
+    mode, seen = 'ok', None
+    def log_message(self, *a): pass
+    def _send(self, code, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(code); self.send_header('Content-Type', 'application/json'); self.send_header('Content-Length', str(len(data)))
+        self.end_headers(); self.wfile.write(data)
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
+        type(self).seen.append(body)
+        if self.mode == '401': return self._send(401, {'detail': 'Invalid API key'})
+        if self.mode == 'timeout':
+            return self._send(200, {'results': [{'custom_id': c['custom_id'], 'error': f"Lean REPL command timed out in {body['timeout']} seconds"}
+                                                for c in body['codes']]})
+        self._send(200, {'results': [{'custom_id': c['custom_id'], 'response': fake_repl.reply_for(c['proof'], 1)} for c in body['codes']]})
+
+class Server(http.server.ThreadingHTTPServer):
+    request_queue_size = 128   # many checks at once, as uvicorn's backlog takes them (the default 5 resets connections)
+
+@contextlib.contextmanager
+def checker(mode):
+    h = type('H', (Checker,), {'mode': mode, 'seen': []})
+    srv = Server(('127.0.0.1', 0), h)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try: yield f'http://127.0.0.1:{srv.server_port}', h
+    finally: srv.shutdown(); srv.server_close()
+
+
+@pytest.fixture
+def canned(tmp_path, monkeypatch):
+    "The stand-in vllm answers every prompt with a proof body (completion style: the verifier rebuilds the file)."
+    p = tmp_path / 'completions.jsonl'
+    p.write_text(json.dumps({'text': '\n  norm_num\n```'}) + '\n')
+    monkeypatch.setenv('FAKE_VLLM_COMPLETIONS', str(p))
+    monkeypatch.setenv('FAKE_VLLM_LOG', str(tmp_path / 'vllm.jsonl'))
+
+
+def _valid(k):
+    return [p for p in read_problems(shared_data('minif2f_dsp15.jsonl')) if p['split'] == 'valid'][:k]
+
+
+def _eval_args(problems, model, out, url):
+    return ['--problems', str(problems), '--model', str(model), '--out-dir', str(out), '--n', '1', '--max-new-tokens', '16',
+            '--backend', 'served', *[a for k, v in SERVE.items() for a in ('--serve', f'{k}={json.dumps(v)}')],
+            '--prompt-style', 'completion', '--chunk-problems', '8', '--verify-backend', 'server', '--endpoint', url, '--workers', '4']
+
+
+def test_ei_eval_stops_on_a_server_whose_checks_all_time_out_and_resumes_after_the_fix(canned, tiny_model_dir, tmp_path):
+    from ei_nb.eval import eval_cli
+    write_records(tmp_path / 'problems.jsonl', _valid(32), 'problem')
+    out = tmp_path / 'eval'
+    with checker('timeout') as (url, h):
+        with pytest.raises(StageFailed) as e: eval_cli(_eval_args(tmp_path / 'problems.jsonl', tiny_model_dir, out, url))
+    msg = str(e.value)
+    assert 'ended in `error`' in msg and 'Lean REPL command timed out in N seconds' in msg and 'raise it, or lower verify.workers' in msg
+    assert 'verify.max_error_frac = 0.1' in msg and 'rerun the same command' in msg
+    kept = read_samples(out / 'eval_samples.jsonl')               # the finished chunks are kept (here generation outran the checks)
+    assert len(kept) >= 8 and all(v['verdict'] == 'error' for v in read_verdicts(out / 'eval_verdicts.jsonl', False))
+    with checker('ok') as (url, h):                                # the fix: a working server
+        r = eval_cli(_eval_args(tmp_path / 'problems.jsonl', tiny_model_dir, out, url))
+    assert r['verdict_counts'] == {'pass': 32} and r['solved'] == 32    # every `error` was checked again
+    ids = [c['custom_id'] for b in h.seen for c in b['codes']]
+    assert ids.count('ei-line-probe') == 1 and len(ids) == 1 + 32 + 32   # one line probe, each sample and its reference statement
+    if len(kept) == 32:                                            # the rerun had nothing to generate: it started no server
+        assert (out / 'logs' / 'vllm_eval.log').read_text().count('starting: ') == 1
+
+
+def test_ei_verify_stops_when_the_repl_crashes_on_every_proof(tmp_path, capsys):
+    from ei_nb.cli import main
+    probs = _valid(24)
+    write_records(tmp_path / 'p.jsonl', probs, 'problem')
+    few = {r['name']: r for r in map(json.loads, open(shared_data('minif2f_valid_few_shot_dsp15.jsonl'), encoding='utf-8'))}
+    samples = [{'name': p['name'], 'sample_idx': 0, 'round': 0, 'n_tokens': 1, 'capped': False,
+                'completion': f"```lean4\n{p['header']}{p['formal_statement']}\n  norm_num\n```"} for p in probs]
+    write_records(tmp_path / 's.jsonl', samples, 'sample')
+    rc = main(['verify', '--problems', str(tmp_path / 'p.jsonl'), '--samples', str(tmp_path / 's.jsonl'), '--out', str(tmp_path / 'v.jsonl'),
+               '--backend', 'repl', '--project', str(tmp_path), '--workers', '2', '--timeout', '10', '--no-replay',
+               '--repl-cmd', f'{sys.executable} {ROOT / "tests" / "fake_repl.py"} --die-after 1'])
+    err = capsys.readouterr().err
+    assert rc == 3 and 'ended in `error`' in err and 'crashed' in err and 'the Lean process dies' in err, err[-2000:]
+    assert not (tmp_path / 'v.jsonl').exists()                      # nothing scored
+
+
+def test_a_401_from_the_checking_server_stops_ei_confirm_run_at_once(canned, tmp_path):
+    from ei_nb import confirm as cf
+    from ei_nb.tiny import build_tiny_model
+    m, b = build_tiny_model(tmp_path / 'm', seed=1), build_tiny_model(tmp_path / 'b', seed=2)
+    sub = tmp_path / 'test.jsonl'
+    write_records(sub, cf.load_test_problems()[0][:24], 'problem')
+    with checker('401') as (url, h):
+        cf.register(tmp_path / 'run', model=m, baseline_model=b, n=1, max_new_tokens=16, problems=sub, runner='ei_nb.eval:run_eval',
+                    sampler={'sampler': 'served', 'serve': SERVE, 'prompt_style': 'completion', 'chunk_problems': 8},
+                    verifier={'verify_backend': 'server', 'endpoints': [url]})
+        with pytest.raises(StageFailed, match='HTTP 401') as e: cf.run_confirmation(tmp_path / 'run', report=False)
+        assert len(h.seen) < 8                                      # stopped with the checks in flight, not after every proof
+    assert 'EI_LEAN_SERVER_KEY' in str(e.value)
+    assert (tmp_path / 'run' / 'confirm' / 'logs' / 'vllm_model.log').read_text().count('stopped (terminated)') == 1   # its server stopped
+    assert not (tmp_path / 'run' / 'confirm' / 'lock.json').exists()
