@@ -82,6 +82,11 @@ def arith_sets(seed:int, # one seed fixes all three sets
                warm:dict, # grade -> problems of the warm-start set (the easy end; split `train`)
               ) -> dict[str, list[dict]]:
     "The scored set, the pool and the warm-start set: seeded, deterministic, disjoint by name and statement."
+    asked = {}
+    for grades in (scored, pool, warm):
+        for g, k in grades.items(): asked[g] = asked.get(g, 0) + k
+    if over := [g for g, k in asked.items() if k > grade_size(g)]:
+        raise BadInput(f'grade {over[0]}: {asked[over[0]]} problems asked across scored, pool and warm; it has {grade_size(over[0])}')
     rng, taken, out = random.Random(seed), set(), {}
     for kind, grades in (('scored', scored), ('pool', pool), ('warm', warm)):
         out[kind] = [p for g in sorted(grades) for p in draw_grade(rng, g, grades[g], taken, SPLITS[kind], seed)]
@@ -192,7 +197,7 @@ def _theorem(lines:list[str], i:int, body:list[int], m) -> tuple[list[dict], str
 # %% ../nbs/arith.ipynb #905dc15a
 class ArithBackend:
     "A verifier back-end for the arith fragment: `run(header, code, timeout)` returns a Lean REPL reply, no Lean needed."
-    identity = {'backend': 'arith', 'grammar': 1}
+    identity = {'backend': 'arith', 'grammar': 1, 'replay': 'none: the checker decides the text exactly, nothing is elaborated'}
 
     def run(self, header:str, code:str, timeout:float=0) -> dict:
         if header != ARITH_HEADER: raise OutsideFragment(f'arith backend: the header is not the miniF2F Mathlib header: {header[:60]!r}')
@@ -211,9 +216,11 @@ class ArithBackend:
         return {'env': 0} | ({'messages': msgs} if msgs else {}) | ({'sorries': sorries} if sorries else {})
 
     def _axioms(self, line:int, name:str, decls:dict) -> dict:
-        if name not in decls: return _msg('error', line, 15, line, 15 + len(name), f"unknown constant '{name}'")
-        extra = [] if decls[name][0] == 'ok' else ['sorryAx']
-        return _msg('info', line, 0, line, 6, f"'{name}' depends on axioms: [{', '.join(AXIOMS + extra)}]")
+        "Lean's answer to `#print axioms NAME` (or `_root_.NAME`): the report names the constant by its root name, as Lean prints it."
+        root = name.removeprefix('_root_.')
+        if root not in decls: return _msg('error', line, 15, line, 15 + len(name), f"unknown constant '{name}'")
+        extra = [] if decls[root][0] == 'ok' else ['sorryAx']
+        return _msg('info', line, 0, line, 6, f"'{root}' depends on axioms: [{', '.join(AXIOMS + extra)}]")
 
     def _probe(self, line:int, name:str, decls:dict) -> dict:
         if name not in decls or decls[name][1] is None: return _msg('error', line, 0, line, 5, f"unknown constant '{name}'")
@@ -233,7 +240,7 @@ class ArithVerifier(Verifier):
         return super().verify_one(problem, sample)
 
 def arith_verifier(settings:VerifierSettings|None=None) -> ArithVerifier:
-    "The verifier of the arith fragment (a back-end factory: `register_backend('arith', 'ei_nb.arith:arith_verifier')`)."
+    "The verifier of the arith fragment (the back-end factory `ei_nb.verify` registers as `arith`); no kernel replay (see above)."
     s = settings or VerifierSettings(backend='arith')
     return ArithVerifier(ArithBackend(), load_policy(s.policy), VerdictCache(s.cache_dir) if s.cache_dir else None,
                          s.workers or 1, s.timeout, s.statement_check)

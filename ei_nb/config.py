@@ -12,6 +12,7 @@ from .eta import ETA_KEYS
 from .layout import RunLayout
 from .params_check import rule_for
 from .serve import serve_settings
+from .verify import backend_names
 
 # %% auto #0
 __all__ = ['VERIFY_WIRING', 'SERVE_WIRING', 'WIRING', 'WIRED', 'OPTIONAL_STAGES', 'SECTIONS', 'DRIVER_KEYS', 'STAGE_DRIVER_KEYS',
@@ -98,7 +99,7 @@ DRIVER_KEYS = {
               'lake': ('', 'the lake executable (empty: $ELAN_HOME/bin/lake, ~/.elan/bin/lake, then the PATH)'),
               'seed_verdicts': ('', 'verdicts of the pool to select round 1 from, instead of measuring it'),
               'baseline_verdicts': ('', 'eval verdicts of the base model, instead of evaluating it')},
-    'verify': {'backend': ('auto', 'auto, known, none, repl, lean or server (auto: lean when `lean` and a project exist, else known)'),
+    'verify': {'backend': ('auto', 'auto, a registered back-end (known, none, repl, lean, server, arith) or package.module:factory (auto: lean when `lean` and a project exist, else known)'),
                'timeout': (300, 'seconds per proof'), 'workers': (0, 'parallel checks (0: the CPU count)'),
                'max_error_frac': (0.1, 'a stage stops (exit 3) when more Lean checks than this share end in `error`: a broken verifier')},
     'serve': {'backend': ('local', 'local (this node\'s GPUs) or ray (a Ray cluster started once with `ray start`)'),
@@ -177,8 +178,8 @@ def _check_choices(path:Path, cfg:dict):
     "The driver's keys that take one of a few values."
     if cfg['stage_driver']['03_average']['anchor'] not in ('original', 'previous'):
         raise BadInput(f"{path}: average.anchor must be 'original' or 'previous'")
-    if cfg['verify']['backend'] not in ('auto', 'known', 'none', 'repl', 'lean', 'server') and ':' not in cfg['verify']['backend']:
-        raise BadInput(f"{path}: verify.backend {cfg['verify']['backend']!r}: use auto, known, none, repl, lean, server or package.module:factory")
+    if cfg['verify']['backend'] not in ('auto', *backend_names()) and ':' not in cfg['verify']['backend']:
+        raise BadInput(f"{path}: verify.backend {cfg['verify']['backend']!r}: use auto, {', '.join(backend_names())} or package.module:factory")
     if cfg['run']['prompt_style'] not in ('chat', 'completion'): raise BadInput(f"{path}: run.prompt_style must be chat or completion")
     if not (cfg['run']['name'] or cfg['run']['run_dir']): raise BadInput(f'{path}: set run.name (or run.run_dir)')
     if not 0 <= cfg['verify']['max_error_frac'] <= 1: raise BadInput(f"{path}: verify.max_error_frac must be in [0, 1] (1: never stop)")

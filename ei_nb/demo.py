@@ -10,8 +10,9 @@ from .core import (BadInput, atomic_write_json, iter_jsonl, lean_code_only, read
                         read_records, shared_data, statement_key, write_records)
 
 # %% auto #0
-__all__ = ['DEMO_NOTICE', 'BAD_VALID', 'mask_comments', 'split_lean_file', 'known_good_proofs', 'workbook_problems',
-           'goedel_v2_test_problems', 'build_demo_data', 'warm_rows', 'warm_start']
+__all__ = ['DEMO_NOTICE', 'BAD_VALID', 'ARITH_NOTICE', 'mask_comments', 'split_lean_file', 'known_good_proofs',
+           'workbook_problems', 'goedel_v2_test_problems', 'build_demo_data', 'warm_rows', 'warm_start',
+           'build_arith_data', 'arith_warm_start']
 
 # %% ../nbs/demo.ipynb #9bfebba2
 def mask_comments(text:str) -> str:
@@ -85,7 +86,6 @@ DEMO_NOTICE = ('DEMO VERIFICATION, NO LEAN: a proof passes only if it is byte-id
                'normalisation, to a proof Lean already accepted (DeepSeek-Prover-V2 and DeepSeek-Prover-V1.5 few-shot '
                'miniF2F proofs, lean-workbook proofs judged valid by kimina-lean-server); every other proof is '
                '`unchecked`. The numbers demonstrate the machinery, not a prover.')
-
 
 # %% ../nbs/demo.ipynb #5496950b
 BAD_VALID = ('induction_sum_odd', 'mathd_algebra_247', 'mathd_numbertheory_35')
@@ -165,6 +165,38 @@ def warm_start(out_dir, # gets tiny/ (the random model), warm/ (training) and mo
     if not tiny.exists(): build_tiny_model(tiny, seed=seed, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
                                            intermediate_size=2*hidden_size, vocab_size=vocab_size)
     m = train_lora(tiny, rows, out_dir/'warm', lr=lr, epochs=epochs, full_finetune=True, batch_tokens=batch_tokens,
+                   schedule='constant', warmup_ratio=0.0, seed=seed, save_every=0, log_every=max(1, epochs))
+    os.replace(out_dir/'warm'/'merged', out_dir/'model')
+    return m
+
+# %% ../nbs/demo.ipynb #43bc683f
+ARITH_NOTICE = ('ARITH DEMO, EXACT CHECKER, NO LEAN: the problems are Lean theorems `∃ n : ℕ, a + b = n` of a tiny fragment '
+                '(ei_nb.arith); its checker decides exactly what Lean decides for the proof grammar `exact ⟨V, by norm_num⟩` or '
+                '`refine ⟨V, ?_⟩` + `norm_num`, and refuses any problem outside the fragment. The model is a tiny Qwen3 '
+                'warm-started on the easy end only: what it gains in the rounds it learns from its own verified proofs.')
+
+def build_arith_data(out_dir, # folder for pool.jsonl, scored.jsonl and warm.jsonl
+                     seed:int, scored:dict, pool:dict, warm:dict, # `ei_nb.arith.arith_sets`: grade -> problems
+                    ) -> dict:
+    "Write the arith demo's problem files; return their paths and the three sets."
+    from ei_nb.arith import arith_sets
+    sets = arith_sets(seed, scored, pool, warm)
+    paths = {k: Path(out_dir)/f'{k}.jsonl' for k in ('pool', 'scored', 'warm')}
+    for k, path in paths.items(): write_records(path, sets[k], 'problem')
+    return {'paths': paths, **sets}
+
+def arith_warm_start(out_dir, # gets tiny/ (the random model), warm/ (training) and model/ (the warm-started model)
+                     rows:list[dict], # rows from `ei_nb.arith.warm_rows`
+                     epochs:int=25, lr:float=1e-2, seed:int=0, batch_tokens:int=2048, pack_tokens:int=256,
+                     hidden_size:int=64, num_hidden_layers:int=2, vocab_size:int=512) -> dict:
+    "Build the tiny model with the digit tokenizer and fine-tune all its weights on `rows`; the result is `out_dir/model` (kept if present)."
+    from ei_nb.arith import build_arith_model
+    from ei_nb.train import train_lora
+    out_dir = Path(out_dir)
+    if (out_dir/'model'/'config.json').exists(): return json.loads((out_dir/'warm'/'train.json').read_text())
+    shutil.rmtree(out_dir/'tiny', ignore_errors=True)
+    tiny = build_arith_model(out_dir/'tiny', seed, hidden_size, num_hidden_layers, vocab_size)
+    m = train_lora(tiny, rows, out_dir/'warm', lr=lr, epochs=epochs, full_finetune=True, batch_tokens=batch_tokens, pack_tokens=pack_tokens,
                    schedule='constant', warmup_ratio=0.0, seed=seed, save_every=0, log_every=max(1, epochs))
     os.replace(out_dir/'warm'/'merged', out_dir/'model')
     return m

@@ -90,8 +90,10 @@ def check_lean(ctx:Context, timeout:float=900) -> list[dict]:
     if backend == 'server': return check_server(ctx, timeout)
     if backend not in ('repl', 'lean'):
         what = {'known': "verifier 'known': only proofs identical to proofs Lean already accepted pass (no Lean runs)",
-                'none': "verifier 'none': nothing is checked"}.get(backend, f'verifier {backend!r}: a plug-in, not checked here')
-        return [row('lean', 'WARN', what, f'for real Lean: {fix_setup}, set paths.lean_project and verify.backend = "repl"')]
+                'server': 'verifier server: Lean runs on the checking-server endpoints', 'none': "verifier 'none': nothing is checked"}.get(
+                    backend, f'verifier {backend!r}: a plug-in back-end (the arith checker, or a factory); no Lean runs for it')
+        return [row('lean', 'WARN' if backend in ('known', 'none') else 'OK', what,
+                    f'for real Lean: {fix_setup}, set paths.lean_project and verify.backend = "repl"')]
     if not project or not Path(project).is_dir():
         return [row('lean project', 'FAIL', f'paths.lean_project {project!r}: no such folder', fix_setup)]
     rows = check_lake(ctx) + _toolchain_rows(ctx, project, fix_setup)

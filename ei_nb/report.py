@@ -80,16 +80,22 @@ def power_statement(n:int, # paired problems
                     p_disc:float, # share of discordant problems: observed, or assumed when none was observed
                     alpha:float=0.05, # level of the test
                     assumed:bool=False, # True: `p_disc` is an assumption (the comparison had no discordant problem)
+                    design:bool=False, # True: `p_disc` is the design assumption (`p_disc_assumed`), stated next to an observed one
+                    observed_gain:float|None=None, # the observed net gain (c - b) / n: its detection probability is added
                    ) -> str:
     "A plain-language sentence on what a paired comparison of this size can detect."
     gain = min(0.04, p_disc)   # a gain cannot exceed the discordant share
     p4, mde = mcnemar_power(n, gain, p_disc, alpha), min_detectable_effect(n, p_disc, 0.8, alpha)
-    share = (f'assuming {p_disc:.0%} of them discordant (none was observed, so the share cannot be measured)' if assumed
+    share = (f'at the design assumption of {p_disc:.0%} of them discordant (`p_disc_assumed`)' if design else
+             f'assuming {p_disc:.0%} of them discordant (none was observed, so the share cannot be measured)' if assumed
              else f'{p_disc:.0%} of them observed discordant')
     mde_txt = f'80% power needs a gain of +{mde*100:.1f} pp or more' if mde else f'no gain up to +{p_disc*100:.0f} pp reaches 80% power'
+    seen = '' if observed_gain is None else (f' A true gain equal to the observed {observed_gain*100:+.1f} pp would be detected with probability '
+                                             f'{mcnemar_power(n, observed_gain, p_disc, alpha):.2f} at this discordance.')
+    caveat = '' if design else (' A non-significant result is therefore weak evidence of no effect, and a significant one at this '
+                                'size should be confirmed on held-out data.')
     return (f'With {n} paired problems, {share}, the exact McNemar test at level {alpha} detects a true gain of '
-            f'+{gain*100:.0f} pp with probability {p4:.2f}; {mde_txt}. A non-significant result is therefore weak evidence '
-            f'of no effect, and a significant one at this size should be confirmed on held-out data.')
+            f'+{gain*100:.0f} pp with probability {p4:.2f}; {mde_txt}.{seen}{caveat}')
 
 # %% ../nbs/06_report.ipynb #a1678551
 def mcnemar_files(a_path, b_path, problems_path=None) -> dict:
@@ -218,7 +224,7 @@ def round_table(run:dict) -> 'pd.DataFrame':
     return df.reindex(columns=cols)
 
 def mcnemar_rows(run:dict, alpha:float=0.05, p_disc_assumed:float=0.12) -> 'pd.DataFrame':
-    "McNemar table of every round against the baseline and against the previous round, with the power statement."
+    "McNemar table of every round against the baseline and against the previous round, with the power statements: at the observed discordance (`power`) and at the design assumption (`power_design`)."
     import pandas as pd
     rows, prev = [], ('round 0 (base)', run['baseline_verdicts'])
     for r in run['rounds']:
@@ -230,7 +236,9 @@ def mcnemar_rows(run:dict, alpha:float=0.05, p_disc_assumed:float=0.12) -> 'pd.D
             p_disc = (t['b'] + t['c']) / t['n'] if t['n'] else 0
             rows.append({'round': r['round'], 'against': label, **{k: t[k] for k in ('n', 'both', 'neither', 'b', 'c', 'net', 'p_value')},
                          'significant': t['p_value'] <= alpha,
-                         'power': power_statement(t['n'], p_disc if p_disc > 0 else p_disc_assumed, alpha, assumed=p_disc == 0)})
+                         'power': power_statement(t['n'], p_disc if p_disc > 0 else p_disc_assumed, alpha, assumed=p_disc == 0,
+                                                  observed_gain=t['net'] / t['n'] if p_disc > 0 else None),
+                         'power_design': power_statement(t['n'], p_disc_assumed, alpha, design=True)})
         prev = (f"round {r['round']}", cur)
     return pd.DataFrame(rows)
 

@@ -91,11 +91,11 @@ class Steps:
                 f"stage `{stage}`, chain `{chain[:16]}`. The driver's parameters are in the cell tagged `injected-parameters`; "
                 f"its marker is `{self.layout.relative(self.layout.round(rnd).marker(stage))}`.")
         v = self.sources.verifier['verify_backend']
-        if self.cfg['demo'] or v == 'known':
-            from ei_nb.demo import DEMO_NOTICE
-            text += '\n\n' + ('**CPU demo.** ' if self.cfg['demo'] else '') + (DEMO_NOTICE if v == 'known' else
+        if self.cfg['demo'] or v in ('known', 'arith'):
+            from ei_nb.demo import ARITH_NOTICE, DEMO_NOTICE
+            text += '\n\n' + ('**CPU demo.** ' if self.cfg['demo'] else '') + (DEMO_NOTICE if v == 'known' else ARITH_NOTICE if v == 'arith' else
                      f'Verification: real Lean (`{v}`). The numbers demonstrate the machinery, not a prover.')
-            if self.cfg['demo']: text += ' The model is a tiny random Qwen3 warm-started on known proofs: it memorises, it does not prove.'
+            if self.cfg['demo'] and v != 'arith': text += ' The model is a tiny random Qwen3 warm-started on known proofs: it memorises, it does not prove.'
         return text
 
     def inputs(self) -> dict:

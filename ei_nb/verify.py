@@ -15,8 +15,8 @@ from .lean_replay import ReplayPool, default_replay_bin, replay_skipped
 from .known import known_proof_verifier
 
 # %% auto #0
-__all__ = ['ERROR_FIXES', 'VerifierSettings', 'register_backend', 'backend_factory', 'make_verifier', 'lean_checked',
-           'error_kind', 'ErrorGuard', 'verify_cli']
+__all__ = ['ERROR_FIXES', 'VerifierSettings', 'register_backend', 'backend_factory', 'backend_names', 'make_verifier',
+           'lean_checked', 'error_kind', 'ErrorGuard', 'verify_cli']
 
 # %% ../nbs/01a_verify.ipynb #5baaaa32
 @dataclasses.dataclass
@@ -108,6 +108,11 @@ def _known_backend(s:VerifierSettings):
 
 for _n, _f in {'none': lambda s: None, 'repl': _repl_backend, 'lean': _lean_backend, 'server': _server_backend,
                'known': _known_backend}.items(): register_backend(_n, _f)
+register_backend('arith', 'ei_nb.arith:arith_verifier')   # the exact checker of the arith fragment (nbs/arith.ipynb), imported on first use
+
+def backend_names() -> list[str]:
+    "The registered back-end names (the run config accepts them, and `auto`)."
+    return sorted(_BACKENDS)
 
 def make_verifier(settings='none',     # a `VerifierSettings`, a dict of settings, or a backend name
                   project=None,        # Mathlib project directory (repl, lean): `lake env` runs there

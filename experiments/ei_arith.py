@@ -2,7 +2,7 @@
 """Expert iteration on the arith fragment, outside the driver: a prototype to find a recipe that learns on 2 CPU cores.
 
 It uses the package's own pieces for every step: `ei_nb.arith` (sets, digit tokenizer, model, the checker behind the
-real `Verifier`), `ei_nb.sft.train_lora` (warm start: full fine-tune; rounds: LoRA, completion-only loss, merge and
+real `Verifier`), `ei_nb.train.train_lora` (warm start: full fine-tune; rounds: LoRA, completion-only loss, merge and
 export), `ei_nb.sample.run_pipeline` with the transformers sampler (completion prompts, pipelined verification),
 `ei_nb.select.select_problems` (the band), `ei_nb.sft.build_sft_rows` (keep rules), `ei_nb.average.average_checkpoints`
 (ft_weight toward the base) and `ei_nb.report.mcnemar_table`.
@@ -29,7 +29,7 @@ RECIPE = dict(
     seed=1, hidden_size=64, num_hidden_layers=2, vocab_size=512,
     scored={'2+2': 128}, pool={'2+2': 600}, warm={'1+1': 100, '2+1': 300, '1+2': 300, '2+2': 300},
     warm_epochs=25, warm_lr=1e-2, warm_batch_tokens=2048, warm_forms=['exact'], warm_comments=[''],
-    rounds=3, n=8, max_new_tokens=24, n_e=4, eval_seed=1234, chunk_problems=64,
+    rounds=3, n=8, max_new_tokens=24, eval_max_new_tokens=None, n_e=4, eval_seed=1234, chunk_problems=64,
     lo=0.0, hi=0.75, max_problems=600, max_per_problem=4, rank='shortest',
     lr=1e-2, epochs=6, lora_r=16, lora_alpha=32, batch_tokens=2048, pack_tokens=256,
     ft_weight=0.7, anchor='original')
@@ -59,12 +59,13 @@ def uptime() -> str: return subprocess.run(['uptime'], capture_output=True, text
 
 def apply_mutant(name:str|None):
     "Patch the package in this process the way the mutant edits the notebook."
-    import ei_nb.sft as sft
+    import ei_nb.sft as sft, ei_nb.rows as rows, ei_nb.train as train
     if name == 'prompt_loss':
-        orig = sft.collate
+        orig = rows.collate
         def collate(examples, idxs, device='cpu'):
             b = orig(examples, idxs, device); b['target_mask'][:] = True; return b
-        sft.collate = collate
+        rows.collate = collate
+        if hasattr(train, 'collate'): train.collate = collate
     elif name == 'keep_longest':
         sft._RANK_KEYS['shortest'] = lambda sv: (-sv[0]['n_tokens'], sv[0]['sample_idx'])
 
@@ -80,7 +81,7 @@ def write_sets(R:dict, out:Path) -> dict:
 def warm_start(R:dict, sets:dict, cache:Path) -> Path:
     "The base model: a random tiny Qwen3 with the digit tokenizer, fully fine-tuned on the warm-start set (cached)."
     from ei_nb.arith import build_arith_model, warm_rows
-    from ei_nb.sft import train_lora
+    from ei_nb.train import train_lora
     base = cache/'model'
     if (base/'config.json').exists(): return base
     shutil.rmtree(cache, ignore_errors=True); cache.mkdir(parents=True)
@@ -93,14 +94,14 @@ def warm_start(R:dict, sets:dict, cache:Path) -> Path:
     return base
 
 
-def sample(model:Path, problems:list, out:Path, n:int, seed:int, R:dict, round_idx:int) -> tuple[list, list]:
+def sample(model:Path, problems:list, out:Path, n:int, seed:int, R:dict, round_idx:int, cap:int|None=None) -> tuple[list, list]:
     "n samples per problem, verified by the arith checker through the real Verifier path."
     from ei_nb.arith import arith_verifier
     from ei_nb.core import read_samples, read_verdicts
     from ei_nb.sample import SampleParams, TransformersSampler, run_pipeline
     smp = TransformersSampler(model)
     with arith_verifier() as ver:
-        run_pipeline(problems, smp, out/'samples.jsonl', SampleParams(n, 1.0, 0.95, R['max_new_tokens'], seed), round_idx,
+        run_pipeline(problems, smp, out/'samples.jsonl', SampleParams(n, 1.0, 0.95, cap or R['max_new_tokens'], seed), round_idx,
                      ver, out/'verdicts.jsonl', 'completion', R['chunk_problems'], 0.9, progress=False)
     return read_samples(out/'samples.jsonl'), read_verdicts(out/'verdicts.jsonl')
 
@@ -117,7 +118,8 @@ def one_round(R:dict, r:int, model:Path, base:Path, sets:dict, out:Path, mutant)
     from ei_nb.average import average_checkpoints
     from ei_nb.core import DataStop
     from ei_nb.select import select_problems
-    from ei_nb.sft import build_sft_rows, train_lora
+    from ei_nb.sft import build_sft_rows
+    from ei_nb.train import train_lora
     rd = out/f'round_{r:02d}'; rd.mkdir(parents=True, exist_ok=True)
     with Phase(f'r{r} sample pool'):
         samples, verdicts = sample(model, sets['pool'], rd/'pool', R['n'], R['seed'] + r, R, r)
@@ -145,7 +147,7 @@ def one_round(R:dict, r:int, model:Path, base:Path, sets:dict, out:Path, mutant)
 
 def evaluate(R:dict, model:Path, sets:dict, out:Path, r:int) -> dict:
     with Phase(f'r{r} eval'):
-        _, verdicts = sample(model, sets['scored'], out/f'eval_{r:02d}', R['n_e'], R['eval_seed'], R, r)
+        _, verdicts = sample(model, sets['scored'], out/f'eval_{r:02d}', R['n_e'], R['eval_seed'], R, r, R['eval_max_new_tokens'])
     return solved(verdicts), sum(v['verdict'] == 'pass' for v in verdicts) / max(1, len(verdicts))
 
 

@@ -66,6 +66,7 @@ CHAIN_T = (PIN + 'test_chain_hash_changes_with_each_stage_seed',)
 CONJ, CONJ_T = 'nbs/00b_conjecture.ipynb', ('tests/test_conjectures.py::test_only_new_faithful_provable_conjectures_enter_the_pool',
                                             'tests/test_conjectures.py::test_a_later_round_never_conjectures_an_earlier_conjecture_again')
 PLAIN_T = ('tests/test_jsonl_scan.py -k "plain or blank or statement_keys"',)
+LEARN_T = ('tests/test_science_learning.py',)   # the learning demo, end to end (minutes)
 EXIT_T = (PIN + 'test_exit_codes_of_the_cli_contract', F + 'test_console_script_exit_codes', 'tests/test_sft.py::test_sft_data_cli_exit_codes')
 
 MUTANTS = [
@@ -276,6 +277,16 @@ MUTANTS = [
       'a REPL checkout at another tree is accepted', 'tests/test_realrun.py -k another_tree', NB),
     M('cache-miss-aborts', 'nbs/setup_lean.ipynb', "    if rc and step is not None and step.may_fail:", "    if False:",
       "the fork's expected cache miss aborts the set-up before lake build", 'tests/test_realrun.py -k cache_miss', NB),
+    # ---- the science of the loop (issue 29): the learning demo must stop learning under each of these; caught ONLY by
+    #      tests/test_science_learning.py (an `ei run` of configs/demo_learn.toml), not by the unit tests above
+    M('learn-prompt-loss', ROWS, "mask = [j >= examples[i]['n_prompt'] for", 'mask = [j >= 0 for',
+      'the loss is computed on the prompt tokens too', *LEARN_T),
+    M('learn-keep-longest', SFT, "'shortest': lambda sv: (sv[0]['n_tokens'], sv[0]['sample_idx'])",
+      "'shortest': lambda sv: (-sv[0]['n_tokens'], sv[0]['sample_idx'])", 'the keep rule takes the longest proofs', *LEARN_T),
+    M('learn-band-solved', SEL, 'band = {n for n, p in rate.items() if lo < p <= hi}', 'band = {n for n, p in rate.items() if p > hi}',
+      'the band selects the solved problems (p > hi) instead of lo < p <= hi', *LEARN_T),
+    M('learn-ftw0', AVG, 'try: w = float(ft_weight)', 'try: w = 0.0 * float(ft_weight)',
+      'averaging with ft_weight 0: every round hands on the anchor (the base model)', *LEARN_T),
 ]
 
 

@@ -7,9 +7,9 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ei_nb.arith import (ARITH_HEADER, OutsideFragment, arith_problem, arith_sets, arith_verifier, grade_of, parse_grade,
+from ei_nb.arith import (ARITH_HEADER, OutsideFragment, arith_problem, arith_sets, arith_verifier, grade_of, grade_size, parse_grade,
                          parse_statement)
-from ei_nb.core import read_problems, shared_data
+from ei_nb.core import BadInput, read_problems, shared_data
 from ei_nb.lean_reply import statement_probe
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -90,6 +90,10 @@ def test_every_minif2f_statement_is_refused(verifier):
        st.dictionaries(st.sampled_from(['1+1', '2+1', '2+2', '3+3']), st.integers(0, 40), max_size=3),
        st.dictionaries(st.sampled_from(['1+1', '1+2', '2*1']), st.integers(0, 30), max_size=2))
 def test_sets_are_seeded_disjoint_and_graded(seed, scored, pool, warm):
+    asked = {g: scored.get(g, 0) + pool.get(g, 0) + warm.get(g, 0) for g in {**scored, **pool, **warm}}
+    if any(k > grade_size(g) for g, k in asked.items()):   # e.g. 101 one-digit sums: refused up front, by grade
+        with pytest.raises(BadInput, match='problems asked across scored, pool and warm'): arith_sets(seed, scored, pool, warm)
+        return
     sets = arith_sets(seed, scored, pool, warm)
     assert sets == arith_sets(seed, scored, pool, warm)
     names = [p['name'] for v in sets.values() for p in v]

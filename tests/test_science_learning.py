@@ -1,0 +1,74 @@
+"""The science of the loop, end to end: the learning demo (`configs/demo_learn.toml`) must keep learning.
+
+One real `ei run` of the demo on the arith fragment (nbs/arith.ipynb): the base model is warm-started on the easy end,
+the rounds sample, verify with the exact checker, select in the band, keep the shortest verified proofs, train a LoRA
+and average it toward the base. The tests fail when the rounds stop helping: the last round must solve more held-out
+scored problems than the base, significantly (exact McNemar, p < 0.05), and the trail must show it (rows every round,
+pass rates of the pool moving up, the kept proofs the shortest of their problem).
+
+`tests/mutation_check.py --only learn-prompt-loss,learn-keep-longest,learn-band-solved,learn-ftw0` shows that this file
+alone catches the loss computed on prompt tokens, the keep rule taking the longest proofs, the band selecting solved
+problems and averaging with ft_weight 0 (the numbers are in the closing note of issue 29, /work/notes/29_learn.md).
+"""
+import json, os, subprocess, sys
+from pathlib import Path
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO/'configs'/'demo_learn.toml'
+ENTRY = 'import sys; from ei_nb.cli import _entry; sys.argv[0] = "ei"; _entry()'
+ENV = {**os.environ, 'OMP_NUM_THREADS': '1', 'TOKENIZERS_PARALLELISM': 'false', 'MPLBACKEND': 'Agg'}
+SMALLER = ['--rounds', '2']   # two rounds of the demo: enough for a significant gain, half the minutes
+
+
+@pytest.fixture(scope='module')
+def run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    "The learning demo, run once for this file: its folder and the finished `ei run` process."
+    run_dir = tmp_path_factory.mktemp('learn')/'demo_learn'
+    p = subprocess.run([sys.executable, '-c', ENTRY, 'run', '--config', str(CONFIG), '--run-dir', str(run_dir), *SMALLER],
+                       capture_output=True, text=True, env=ENV, timeout=1800)
+    return run_dir, p
+
+
+def _summary(run) -> dict:
+    run_dir, p = run
+    assert p.returncode == 0, f'ei run exited {p.returncode} (4 is a data stop: a round had nothing to learn from):\n{p.stderr[-3000:]}'
+    return json.loads((run_dir/'run_summary.json').read_text())
+
+
+def _solved(path) -> dict:
+    "Scored problem -> solved by at least one sample, from an eval verdict file."
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        v = json.loads(line)
+        out[v['name']] = out.get(v['name'], False) or v['verdict'] == 'pass'
+    return out
+
+
+def test_the_last_round_solves_significantly_more_than_the_base(run):
+    from ei_nb.report import mcnemar_p
+    s = _summary(run)
+    run_dir, last = run[0], s['rounds']
+    base, final = _solved(run_dir/'round_00'/'eval'/'eval_verdicts.jsonl'), _solved(run_dir/f'round_{last:02d}'/'eval'/'eval_verdicts.jsonl')
+    assert base.keys() == final.keys()
+    b, c = sum(base[k] and not final[k] for k in base), sum(final[k] and not base[k] for k in base)
+    assert s['scores'][-1] == sum(final.values()) and s['S_0'] == sum(base.values())
+    assert c > b and mcnemar_p(b, c) < 0.05, f'S {s["S_0"]} -> {s["scores"]}: McNemar b={b}, c={c}, p={mcnemar_p(b, c):.3g}'
+
+
+def test_every_round_gains_over_the_base_and_trains_on_its_own_proofs(run):
+    s, run_dir = _summary(run), run[0]
+    assert all(x > s['S_0'] for x in s['scores']), f"S {s['S_0']} -> {s['scores']}"
+    for r in range(1, s['rounds'] + 1):
+        sft = json.loads((run_dir/f'round_{r:02d}'/'stages'/'02_sft.json').read_text())['headline']
+        assert sft['rows'] >= 50 and sft['final_loss'] < sft['first_loss'], (r, sft)
+
+
+def test_the_pool_pass_rate_moves_up(run):
+    "Round r samples the pool with the model of round r - 1: its pass rate rises when the rounds help."
+    s, run_dir = _summary(run), run[0]
+    rates = []
+    for r in range(0, s['rounds'] + 1):
+        v = [json.loads(l) for l in (run_dir/f'round_{r:02d}'/'verdicts.jsonl').read_text().splitlines()]
+        rates.append(sum(x['verdict'] == 'pass' for x in v) / len(v))
+    assert rates[-1] > 1.5 * rates[0], rates
