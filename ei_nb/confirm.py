@@ -16,9 +16,9 @@ __all__ = ['SCHEMA', 'ARMS', 'DEFAULT_PROBLEMS', 'DEFAULT_RUNNER', 'KS', 'ALPHA'
            'WEIGHT_SUFFIXES', 'PACKAGES', 'split_full_text', 'load_test_problems', 'statement_changes', 'model_files',
            'model_fingerprint', 'resolve_run_models', 'load_runner', 'runner_defaults', 'check_runner_kwargs',
            'code_state', 'build_registration', 'read_record', 'has_test_samples', 'archive_attempt', 'register',
-           'registration_edits', 'changed_since_lock', 'registration_mismatches', 'check_registration',
-           'check_complete', 'run_arm', 'summarize', 'power_sentence', 'outcome_statement', 'run_confirmation',
-           'report_notebook', 'render_report', 'status', 'confirm_cli']
+           'registration_edits', 'locked_files', 'lock_hashes', 'changed_since_lock', 'check_lock',
+           'registration_mismatches', 'check_registration', 'check_complete', 'run_arm', 'summarize', 'power_sentence',
+           'outcome_statement', 'run_confirmation', 'report_notebook', 'render_report', 'status', 'confirm_cli']
 
 # %% ../nbs/confirm.ipynb #5fa687d0
 SCHEMA = 'ei_nb.confirm/1'
@@ -310,13 +310,29 @@ def registration_edits(cdir, reg:dict) -> list[str]:
         if want and now != want: out.append(f'registration.json changed since {where} recorded it (sha256 {want[:12]}, now {str(now)[:12]})')
     return out
 
+def locked_files(C:ConfirmLayout) -> list[Path]:
+    "Every file a locked result rests on: the registration, the frozen problems, each arm's samples, verdicts and marker, the result."
+    arms = [f for a in ARMS for f in (C.arm(a).samples, C.arm(a).verdicts, C.arm_done(a))]
+    return [f for f in (C.registration, C.problems, *arms, C.result) if f.is_file()]
+
+def lock_hashes(C:ConfirmLayout) -> dict:
+    "`{path relative to confirm/: sha256}` of `locked_files`, as `lock.json` records them."
+    return {f.relative_to(C.dir).as_posix(): sha256_file(f) for f in locked_files(C)}
+
 def changed_since_lock(cdir) -> list[str]:
-    "Files of a locked attempt that differ from what `lock.json` recorded: verdicts, result."
+    "Files of a locked attempt that differ from what `lock.json` recorded, each named."
     C = ConfirmLayout(Path(cdir)); lock = read_json(C.lock)
     if not lock: return []
-    want = {C.arm(a).verdicts: s for a, s in lock.get('verdicts_sha256', {}).items()} | {C.result: lock.get('result_sha256')}
-    return [f'{f.relative_to(C.dir).as_posix()} ' + ('changed after the lock' if f.is_file() else 'is missing after the lock')
-            for f, s in want.items() if s and (not f.is_file() or sha256_file(f) != s)]
+    want = lock.get('files_sha256') or ({C.arm(a).verdicts.relative_to(C.dir).as_posix(): s for a, s in lock.get('verdicts_sha256', {}).items()}
+                                        | {'result.json': lock.get('result_sha256')})   # locks written before files_sha256
+    return [f'{name} ' + ('changed after the lock' if (C.dir/name).is_file() else 'is missing after the lock')
+            for name, s in want.items() if s and (not (C.dir/name).is_file() or sha256_file(C.dir/name) != s)]
+
+def check_lock(cdir) -> None:
+    "Raise `StageFailed` (exit 3) naming every file of a locked confirmation that changed since the lock, the registration included."
+    C = ConfirmLayout(Path(cdir)); reg = read_json(C.registration)
+    bad = [*(registration_edits(cdir, reg) if reg else ['registration.json is missing']), *changed_since_lock(cdir)]
+    if C.lock.is_file() and bad: raise StageFailed(f'{C.dir}: the locked confirmation changed after its lock: ' + '; '.join(bad))
 
 def registration_mismatches(cdir, reg:dict, runner=None) -> list[str]:
     "What no longer matches `reg`: the registration itself, model files, problems file, frozen problems, runner defaults."
@@ -469,7 +485,8 @@ def run_confirmation(run_dir, # the run folder holding confirm/registration.json
                'b': res['mcnemar']['b'], 'c': res['mcnemar']['c'], 'p_value': res['mcnemar']['p_value'], 'outcome': res['outcome']}
     atomic_write_json(C.lock, {'registration_id': reg['registration_id'], 'attempt': attempt, 'locked_utc': _now(),
                                'registration_sha256': sha256_file(C.registration),
-                               'result_sha256': sha256_file(C.result), 'verdicts_sha256': res['verdicts_sha256'], 'summary': summary})
+                               'result_sha256': sha256_file(C.result), 'verdicts_sha256': res['verdicts_sha256'],
+                               'files_sha256': lock_hashes(C), 'summary': summary})
     _log(cdir, 'run_finished', attempt=attempt, registration_id=reg['registration_id'], forced=force_rerun, reason=reason, result=summary)
     out = {'status': 'confirmed', 'attempt': attempt, **summary, 'net': res['mcnemar']['net'], 'n_problems': res['n_problems'],
            'result': str(C.result)}
@@ -487,6 +504,7 @@ def render_report(run_dir, notebook=None, kernel:str='python3', timeout:int=1800
     import papermill as pm
     C = ConfirmLayout(_cdir(run_dir).resolve()); cdir = C.dir
     if not C.result.is_file(): raise BadInput(f'{cdir}: no result.json: run `ei confirm run` first')
+    check_lock(cdir)
     nb = Path(notebook) if notebook else report_notebook()
     if not nb.is_file(): raise BadInput(f'{nb}: report notebook not found: pass --notebook')
     cells = json.loads(nb.read_text())['cells']
@@ -513,8 +531,10 @@ def _kv(items) -> dict:
 def status(run_dir) -> dict:
     "Where a confirmation stands: registration, hash check, finished arms, lock, attempts."
     C = RunLayout(run_dir).confirm; cdir = C.dir; reg = read_json(C.registration)
-    if reg is None: return {'registered': False, 'confirm_dir': str(cdir)}
     lock = read_json(C.lock)
+    if reg is None and not (C.registration.exists() or C.lock.exists()): return {'registered': False, 'confirm_dir': str(cdir)}
+    if reg is None: return {'registered': True, 'registration_id': None, 'mismatches': ['registration.json is missing or not valid JSON'],
+                            'locked': C.lock.exists(), 'changed_since_lock': changed_since_lock(cdir)}
     return {'registered': True, 'registration_id': reg['registration_id'], 'mismatches': registration_mismatches(cdir, reg),
             'arms_done': [a for a in ARMS if C.arm_done(a).exists()], 'has_test_samples': has_test_samples(cdir),
             'locked': lock is not None, 'summary': lock['summary'] if lock else None, 'attempt': _attempt_no(cdir),
@@ -553,4 +573,7 @@ def confirm_cli(argv) -> dict:
                         verifier=verifier, runner=a.runner, baseline_from=a.baseline_from, allow_unverified=a.allow_unverified)
     if a.cmd == 'run': return run_confirmation(a.run_dir, a.force_rerun, a.reason, report=not a.no_report)
     if a.cmd == 'report': return {'report': str(render_report(a.run_dir, a.notebook, a.kernel))}
-    return status(a.run_dir)
+    st = status(a.run_dir)
+    bad = [*st.get('mismatches', []), *st.get('changed_since_lock', [])]
+    if bad: raise StageFailed(f'{_cdir(a.run_dir)}: the confirmation no longer matches what was registered and locked: ' + '; '.join(bad))
+    return st

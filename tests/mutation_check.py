@@ -287,6 +287,13 @@ MUTANTS = [
       'the band selects the solved problems (p > hi) instead of lo < p <= hi', *LEARN_T),
     M('learn-ftw0', AVG, 'try: w = float(ft_weight)', 'try: w = 0.0 * float(ft_weight)',
       'averaging with ft_weight 0: every round hands on the anchor (the base model)', *LEARN_T),
+    # ---- issue 28 part 5: a locked confirmation cannot be edited silently
+    M('lock-report-unchecked', 'nbs/confirm.ipynb', "    if C.lock.is_file() and bad: raise StageFailed(", "    if False and bad: raise StageFailed(",
+      '`ei confirm report` renders a confirmation whose locked files changed', 'tests/test_confirm.py -k report_renders', NB),
+    M('lock-status-exits-0', 'nbs/confirm.ipynb', "    if bad: raise StageFailed(f'{_cdir(a.run_dir)}", "    if False: raise StageFailed(f'{_cdir(a.run_dir)}",
+      '`ei confirm status` exits 0 after registration.json or a locked verdict changed', 'tests/test_confirm.py -k report_renders', NB),
+    M('lock-misses-samples', 'nbs/confirm.ipynb', "for f in (C.arm(a).samples, C.arm(a).verdicts, C.arm_done(a))]", "for f in (C.arm(a).verdicts,)]",
+      "the lock leaves the arms' samples and markers unhashed", NB),
 ]
 
 

@@ -172,7 +172,7 @@ def test_baseline_from_an_earlier_confirmation(tmp_path, setup):
 
 
 @pytest.mark.slow
-def test_report_renders_from_files_alone(tmp_path):
+def test_report_renders_from_files_alone(tmp_path, capsys):
     cd = doubles.synthetic_confirmation(tmp_path/'run', n_problems=12, n=8)
     moved = tmp_path/'elsewhere'/'confirm'
     shutil.copytree(cd, moved)
@@ -185,9 +185,13 @@ def test_report_renders_from_files_alone(tmp_path):
     assert 'synthetic runner' in text and f"b = {res['mcnemar']['b']}, c = {res['mcnemar']['c']}" in text
     assert 'Outcome: ' + res['outcome'] in text
     assert all(n in text for n in res['disagreements']['model_only'] + res['disagreements']['baseline_only'])
-    # a tampered verdict file stops the report
+    # a tampered verdict file stops the report before the notebook runs, naming the file (exit 3 from `ei confirm report`)
     _flip(moved/'model'/'eval_verdicts.jsonl', at=3)
-    with pytest.raises(StageFailed, match='report notebook failed'): cf.render_report(moved.parent)
+    with pytest.raises(StageFailed, match='changed after its lock: model/eval_verdicts.jsonl changed after the lock'): cf.render_report(moved.parent)
+    capsys.readouterr()
+    assert main(['confirm', 'status', '--run-dir', str(moved.parent)]) == 3
+    assert main(['confirm', 'report', '--run-dir', str(moved.parent)]) == 3
+    assert capsys.readouterr().err.count('model/eval_verdicts.jsonl changed after the lock') == 2
     assert json.loads(nb.read_text())  # the earlier report is still in place
 
 
