@@ -4,19 +4,20 @@
 
 # %% ../nbs/02_sft.ipynb #7a847c54
 from __future__ import annotations
-import json, math, re
+import json, math, random, re
 from collections import Counter, defaultdict
 from pathlib import Path
 from .core import (SFT_MAX_TOKENS, BadInput, DataStop, RecordError, iter_jsonl, lean_code_only, normalize_ws, read_problems,
                         read_samples, read_verdicts, shared_data, statement_key, write_records)
+from .near_dup import structural_key
 from .prompts import render_prompt
 from .rows import completion_text, encode, load_tokenizer, problem_passes, proof_text, read_logprobs
 
 # %% auto #0
-__all__ = ['RANKS', 'RANK_BY', 'protected_key', 'read_protected', 'protected_index', 'is_protected', 'rank_passes',
-           'select_proofs', 'measure_passes', 'add_capped_rows', 'sft_row', 'logprob_table', 'rank_logprob',
-           'group_logprobs', 'with_logprobs', 'group_ranks', 'rank_factor', 'group_advantages', 'kept_weights',
-           'lever_fields', 'sample_groups', 'build_sft_rows', 'demo_sft_inputs', 'sft_data_cli',
+__all__ = ['RANKS', 'RANK_BY', 'protected_key', 'read_protected', 'protected_index', 'protected_match', 'is_protected',
+           'rank_passes', 'select_proofs', 'measure_passes', 'add_capped_rows', 'sft_row', 'logprob_table',
+           'rank_logprob', 'group_logprobs', 'with_logprobs', 'group_ranks', 'rank_factor', 'group_advantages',
+           'kept_weights', 'lever_fields', 'sample_groups', 'build_sft_rows', 'demo_sft_inputs', 'sft_data_cli',
            'check_rows_not_protected']
 
 # %% ../nbs/02_sft.ipynb #03301c8d
@@ -43,14 +44,22 @@ def read_protected(paths # one path or a list of JSONL files with `name` and opt
             rows.append({'name': row['name'], 'formal_statement': row.get('formal_statement') or ''})
     return rows
 
-def protected_index(protected) -> tuple[set, set]:
-    "Names and statement keys of `protected` rows, for `is_protected`."
+def protected_index(protected) -> tuple[set, set, set]:
+    "Names, statement keys and structural keys (`ei_nb.near_dup`) of `protected` rows, for `is_protected`."
     rows = list(protected)
-    return {r['name'] for r in rows}, {protected_key(r['formal_statement']) for r in rows if r.get('formal_statement')}
+    stmts = [r['formal_statement'] for r in rows if r.get('formal_statement')]
+    return {r['name'] for r in rows}, {protected_key(s) for s in stmts}, {k for s in stmts if (k := structural_key(s)) is not None}
 
-def is_protected(problem:dict, index:tuple[set, set]) -> bool:
-    "Whether `problem` matches a protected row by name or by statement."
-    return problem['name'] in index[0] or protected_key(problem['formal_statement']) in index[1]
+def protected_match(problem:dict, index:tuple[set, set, set]) -> str|None:
+    "How `problem` matches a protected row: `name`, `statement` (the same key), `structural` (a near-duplicate), or None."
+    if problem['name'] in index[0]: return 'name'
+    if protected_key(problem['formal_statement']) in index[1]: return 'statement'
+    if (k := structural_key(problem['formal_statement'])) is not None and k in index[2]: return 'structural'
+    return None
+
+def is_protected(problem:dict, index:tuple[set, set, set]) -> bool:
+    "Whether `problem` matches a protected row by name, by statement or as a structural near-duplicate."
+    return protected_match(problem, index) is not None
 
 # %% ../nbs/02_sft.ipynb #a5075c4e
 RANKS = ('shortest', 'order', 'unlikely')
@@ -94,14 +103,18 @@ def measure_passes(prompt:str, ps:list[tuple[dict, dict]], tok) -> tuple[int, di
     return n_prompt, comps, lengths
 
 def add_capped_rows(rows:list[dict], # the round's ordinary SFT rows
-                    extra:list[dict], # rows of another kind (corrections, conjecturer rows)
+                    extra:list[dict], # rows of another kind (corrections, conjecturer rows, conjecture proofs)
                     max_frac:float, # the extra rows at most this fraction of all rows
-                    kind:str, # names the counts: `{kind}_rows`, `{kind}_rows_over_frac`
+                    kind:str, # names the counts (`{kind}_rows`, `{kind}_rows_over_frac`) and seeds the draw
+                    seed:int=0, # the draw over the cap: `random.Random(f'{seed}:{kind}')`
                    ) -> tuple[list[dict], dict]:
-    "The rows with `extra` appended, shortest first, up to `max_frac` of the total, and counts."
+    "The rows with `extra` appended (in their order), up to `max_frac` of the total: a seeded uniform draw when over the cap; and counts."
     if not 0 <= max_frac < 1: raise BadInput(f'max_{kind}_frac must be in [0, 1), got {max_frac}')
     room = math.floor(max_frac * len(rows) / (1 - max_frac) + 1e-9)
-    chosen = sorted(extra, key=lambda r: (r['n_tokens'], r['name'], r['sample_idx']))[:room]
+    keep = set(range(len(extra)))
+    if len(extra) > room:   # uniform, not by length: shortest-first favoured easy seeds, short statements, short answers
+        keep = set(random.Random(f'{seed}:{kind}').sample(sorted(keep, key=lambda i: (extra[i]['name'], extra[i]['sample_idx'], i)), room))
+    chosen = [r for i, r in enumerate(extra) if i in keep]
     return rows + chosen, {f'{kind}_rows': len(chosen), f'{kind}_rows_over_frac': len(extra) - len(chosen)}
 
 def sft_row(name:str, sample:dict, round_idx:int, prompt:str, completion:str, n_prompt:int, n_tokens:int, **extra) -> dict:
@@ -302,12 +315,10 @@ def check_rows_not_protected(rows:list[dict], # the SFT rows
                              problems:list[dict], # the round's problems (for each row's statement)
                              protected:list[dict], # rows with `name` and optional `formal_statement`
                             ) -> None:
-    "Raise `StageFailed` if any SFT row is a protected problem, by name or by statement key."
-    from ei_nb.core import StageFailed, statement_key
-    names = {q['name'] for q in protected}
-    keys = {statement_key(q['formal_statement']) for q in protected if q.get('formal_statement')}
-    stmts = {q['name']: statement_key(q['formal_statement']) for q in problems}
+    "Raise `StageFailed` if any SFT row is a protected problem, by name, by statement key or as a structural near-duplicate."
+    from ei_nb.core import StageFailed
+    index, stmts = protected_index(protected), {q['name']: q['formal_statement'] for q in problems}
     for i, row in enumerate(rows):
         own = row.get('formal_statement')   # a conjecturer row carries the statement it teaches
-        if row['name'] in names or stmts.get(row['name']) in keys or (own and statement_key(own) in keys):
+        if any(is_protected({'name': row['name'], 'formal_statement': st}, index) for st in (stmts.get(row['name']) or '', own or '')):
             raise StageFailed(f"SFT row {i} is protected problem {row['name']!r}: refusing to train")
