@@ -119,17 +119,17 @@ def test_feedback_is_goedels_byte_for_byte(case):
 
 
 def test_ten_whole_errors_keep_eight_and_count_the_rest():
-    "Issue 30, point 12: a reply with a sorry warning and ten errors of 1,500 characters: 8 kept whole, 2 counted, and the turn says so."
+    "Issue 30, point 12: a reply with a sorry warning and ten errors of 2,500 characters (longer than the old 2,000-character cut): 8 kept whole, 2 counted, and the turn says so."
     from ei_nb.lean_reply import lean_messages
-    err = lambda k: {'severity': 'error', 'pos': {'line': k, 'column': 0}, 'endPos': {'line': k, 'column': 2}, 'data': chr(96 + k) * 1500}
+    err = lambda k: {'severity': 'error', 'pos': {'line': k, 'column': 0}, 'endPos': {'line': k, 'column': 2}, 'data': chr(96 + k) * 2500}
     reply = {'messages': [{'severity': 'warning', 'pos': {'line': 1, 'column': 0}, 'endPos': None, 'data': "declaration uses 'sorry'"}]
                          + [err(k) for k in range(1, 11)]}
     msgs, omitted = lean_messages(reply, body_lines=10)
     errs = [m for m in msgs if m['severity'] == 'error']
-    assert [len(m['text']) for m in errs] == [1500] * 8 and omitted == 2
+    assert [len(m['text']) for m in errs] == [2500] * 8 and omitted == 2
     fb = error_feedback('\n'.join(f'l{i}' for i in range(1, 11)), msgs, omitted=omitted)
     assert fb.endswith('\n... [Omitted 2 more errors] ...\n') and fb.count('Error Message: ') == 8
-    assert all(chr(96 + k) * 1500 in fb for k in range(1, 9))
+    assert all(chr(96 + k) * 2500 in fb for k in range(1, 9))
 
 
 # ---------------------------------------------------------------- the 01c_correct stage
