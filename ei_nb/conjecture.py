@@ -14,15 +14,15 @@ from .lean_lex import code_only
 from .prompts import render_prompt
 from .layout import RoundLayout
 from .rows import encode, join_passes, load_tokenizer
-from .sft import add_capped_rows, sft_row, is_protected, protected_index, protected_key
+from .sft import add_capped_rows, build_sft_rows, sft_row, is_protected, protected_index, protected_key, protected_match
 
 # %% auto #0
 __all__ = ['LEMMA_TACTICS', 'LEMMA_MARK', 'EASY_MARK', 'HARD_MARK', 'HARD_END', 'CONJECTURE_ASK', 'STATUSES', 'EASY_TACTICS',
-           'EASY_HEARTBEATS', 'HEADLINE', 'bound_names', 'proof_lemmas', 'header_opens', 'uses_lemma', 'seed_proofs',
-           'seed_code', 'choose_pairs', 'conjecture_block', 'conjecture_prompt', 'prompt_problem', 'parse_conjecture',
-           'rename_theorem', 'conjecture_name', 'conjecture_problem', 'precheck_statement', 'check_candidates',
-           'elaborate', 'lemma_statements', 'proof_length', 'select_conjectures', 'conjecture_rows',
-           'add_conjecture_rows', 'run_conjecture', 'conjecture_counts']
+           'EASY_HEARTBEATS', 'PROVER_HI', 'HEADLINE', 'bound_names', 'proof_lemmas', 'header_opens', 'uses_lemma',
+           'seed_proofs', 'seed_code', 'choose_pairs', 'conjecture_block', 'conjecture_prompt', 'prompt_problem',
+           'parse_conjecture', 'rename_theorem', 'conjecture_name', 'conjecture_problem', 'precheck_statement',
+           'check_candidates', 'elaborate', 'lemma_statements', 'proof_length', 'select_conjectures', 'conjecture_rows',
+           'conjecture_proof_rows', 'add_conjecture_rows', 'run_conjecture', 'conjecture_counts']
 
 # %% ../nbs/00b_conjecture.ipynb #5ed676af
 LEMMA_TACTICS = frozenset('''norm_num norm_num1 field_simp ring_nf ring1_nf simp_all simp_arith simp_rw simp_intro norm_cast push_cast
@@ -212,7 +212,7 @@ def check_candidates(gens:list[dict], # generation samples (`name` = prompt name
         if reason := precheck_statement(prob): c |= {'status': 'rule', 'reason': reason}
         elif key == statement_key(pp['formal_statement']): c['status'] = 'seed'
         elif key in known_keys: c['status'] = 'pool'
-        elif is_protected(prob, index): c['status'] = 'protected'
+        elif match := protected_match(prob, index): c |= {'status': 'protected', 'reason': match}
         elif key in seen: c['status'] = 'duplicate'
         seen.add(key)
         out.append(c | {'problem': prob})
@@ -278,7 +278,7 @@ def proof_length(code:str, statement:str) -> int:
     return len(body) - (i + len(stmt)) if i >= 0 else len(body)
 
 def select_conjectures(cproblems:list[dict], samples:list[dict], verdicts:list[dict], # the conjectures and their proving records
-                       conj_hi:float=0.25, # kept pass rates are in (0, conj_hi]
+                       conj_hi:float=0.25, # kept pass rates are in (0, conj_hi): strictly below, as STP
                        quantile:float=0.2, # per lemma, the least elegant fraction dropped
                       ) -> tuple[list[dict], dict[str, str]]:
     "(kept conjecture records with `pass_rate`/`elegance`, status of every conjecture by name)."
@@ -288,7 +288,7 @@ def select_conjectures(cproblems:list[dict], samples:list[dict], verdicts:list[d
     for cp in cproblems:
         ps, n = passes.get(cp['name'], []), tried[cp['name']]
         if not ps: status[cp['name']] = 'unproved'
-        elif len(ps) / n > conj_hi: status[cp['name']] = 'easy'
+        elif len(ps) / n >= conj_hi: status[cp['name']] = 'easy'
         elif not any(uses_lemma(v['proof'], cp['lemma'], cp['header']) for _, v in ps): status[cp['name']] = 'lemma_unused'
         else:
             ratio[cp['name']] = min(proof_length(v['proof'], cp['formal_statement']) for _, v in ps) / max(1, len(normalize_ws(cp['formal_statement'])))
@@ -322,12 +322,30 @@ def conjecture_rows(kept:list[dict], # kept conjectures (`select_conjectures`), 
                             conjecture={'seed': k['seed'], 'lemma': k['lemma'], 'prompt': k['prompt']}))
     return rows
 
+PROVER_HI = 0.5   # STP trains the prover on the proofs of statements proved at most half the time
+
+def conjecture_proof_rows(cproblems:list[dict], samples:list[dict], verdicts:list[dict], # the conjectures and their proving records
+                          tokenizer, round_idx:int, max_per_problem:int=4, max_tokens:int=SFT_MAX_TOKENS,
+                          protected=(), style:str='chat', hi:float=PROVER_HI) -> list[dict]:
+    "Prover rows (`kind='conjecture_proof'`) of every conjecture proved at a rate in (0, hi], by 02's keep rules."
+    passes, tried = join_passes(samples, verdicts)
+    chosen = [cp for cp in cproblems if 0 < len(passes.get(cp['name'], ())) <= hi * tried[cp['name']]]
+    names, stmt = {cp['name'] for cp in chosen}, {cp['name']: cp['formal_statement'] for cp in chosen}
+    rows, _ = build_sft_rows(chosen, [x for x in samples if x['name'] in names], [v for v in verdicts if v['name'] in names],
+                             tokenizer, round_idx, max_per_problem, 'shortest', max_tokens, protected, style)
+    return [r | {'kind': 'conjecture_proof', 'formal_statement': stmt[r['name']]} for r in rows]
+
 def add_conjecture_rows(rows:list[dict], # the round's ordinary SFT rows
-                        conjecture_rows:list[dict], # `conjecture_rows.jsonl`
+                        conjecture_rows:list[dict], # `conjecture_rows.jsonl`: conjecturer rows and conjecture proofs
                         max_frac:float=0.1, # conjecturer rows at most this fraction of all rows
+                        seed:int=0, # seeds the uniform draw of the rows over a cap
+                        max_proof_frac:float=0.25, # conjecture proofs at most this fraction of all rows
                        ) -> tuple[list[dict], dict]:
-    "The rows with conjecturer rows appended (shortest first, up to `max_frac` of the total), and counts."
-    return add_capped_rows(rows, conjecture_rows, max_frac, 'conjecture')
+    "The rows with the conjecture proofs, then the conjecturer rows appended, each kind drawn uniformly up to its fraction of the total, and counts."
+    proofs = [r for r in conjecture_rows if r.get('kind') == 'conjecture_proof']
+    rows, n_proofs = add_capped_rows(rows, proofs, max_proof_frac, 'conjecture_proof', seed)
+    rows, n_conj = add_capped_rows(rows, [r for r in conjecture_rows if r.get('kind') != 'conjecture_proof'], max_frac, 'conjecture', seed)
+    return rows, n_conj | n_proofs
 
 # %% ../nbs/00b_conjecture.ipynb #28bb0def
 def _known_keys(problems:list[dict], extra_paths) -> set:
@@ -396,24 +414,26 @@ def _prove(cands:list[dict], R:RoundLayout, model_dir, verifier, job:dict, param
     return cproblems, proof, read_samples(R.conjecture_samples, required=False), read_verdicts(R.conjecture_verdicts, required=False)
 
 def _keep(cands:list[dict], cproblems:list[dict], samples:list[dict], verdicts:list[dict], prompts:list[dict], R:RoundLayout,
-          tok, round_idx:int, conj_hi:float, elegance_quantile:float, max_tokens:int) -> tuple[list, list, dict]:
-    "The kept conjectures (written as problems to `R.conjectures`), their conjecturer rows, and every conjecture's status."
+          tok, round_idx:int, conj_hi:float, elegance_quantile:float, max_tokens:int, prover:dict) -> tuple[list, list, dict, list]:
+    "The kept conjectures (written as problems to `R.conjectures`), their conjecturer rows, every conjecture's status, and the prover rows of their proofs."
     kept, status = select_conjectures(cproblems, samples, verdicts, conj_hi, elegance_quantile)
     origin, extra = {c['name']: c for c in cands if c['status'] == 'accepted'}, ('prompt', 'sample_idx', 'statement')
     kept = [k | {key: origin[k['name']][key] for key in extra} for k in kept]
     write_records(R.conjectures, [{k: v for k, v in c.items() if k not in extra} for c in kept], 'problem')
     rows = conjecture_rows(kept, {p['name']: p for p in prompts}, tok, round_idx, max_tokens)
-    write_records(R.conjecture_rows, rows)
-    return kept, rows, status
+    proofs = conjecture_proof_rows(cproblems, samples, verdicts, tok, round_idx, max_tokens=max_tokens, **prover)
+    write_records(R.conjecture_rows, rows + proofs)
+    return kept, rows, status, proofs
 
-def _counts(seeds, prompts, gen:dict, gens, cands, cproblems, proof:dict, samples, verdicts, kept, rows, status:dict, lean:bool) -> dict:
+def _counts(seeds, prompts, gen:dict, gens, cands, cproblems, proof:dict, samples, verdicts, kept, rows, status:dict, lean:bool, proofs=()) -> dict:
     "What the stage did, counted: the numbers of its `stage.json`."
     checks = Counter(c['status'] for c in cands)
     return {'seeds': len(seeds), 'prompts': len(prompts), 'prompts_too_long': gen.get('n_dropped', 0), 'lemmas': len({p['lemma'] for p in prompts}),
             'generated': len(gens), 'parsed': sum(c['statement'] is not None for c in cands),
             'elaborated': (checks['accepted'] + checks['too_easy']) if lean else None,
             'to_prove': len(cproblems), 'proved': sum(1 for s in status.values() if s != 'unproved'), 'kept': len(kept),
-            'rows': len(rows), 'candidates': dict(checks), 'selection': dict(Counter(status.values())),
+            'rows': len(rows), 'proof_rows': len(proofs), 'proof_row_problems': len({r['name'] for r in proofs}),
+            'candidates': dict(checks), 'selection': dict(Counter(status.values())),
             'verdict_counts': dict(Counter(v['verdict'] for v in verdicts)),
             'tokens': sum(s['n_tokens'] for s in gens) + sum(s['n_tokens'] for s in samples), 'proof_samples': len(samples), 'lean': lean,
             'timings': {'conjecturing': gen['timings'], 'proving': proof['timings']},
@@ -427,7 +447,9 @@ def run_conjecture(problems_path, verdicts_path, # the pool and the latest verdi
                    temperature:float=1.0, top_p:float=0.95, seed:int=0,
                    sampler:str='transformers', sampler_options:dict|None=None, verifier=None, # `VerifierSettings` (None: no Lean, proofs `unchecked`)
                    prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5, max_tokens:int=SFT_MAX_TOKENS,
-                   easy_timeout:float=10, seed_min_rate:float=0.0, protected=(), log=print, progress:bool|None=None) -> dict:
+                   easy_timeout:float=10, seed_min_rate:float=0.0, protected=(), log=print, progress:bool|None=None,
+                   proof_hi:float=PROVER_HI, max_proofs:int=4, # prover rows: conjectures proved at a rate in (0, proof_hi], distinct proofs each
+                  ) -> dict:
     "Conjecture, check, prove and keep into the round folder `out_dir`; the counts (the stage's `stage.json` numbers)."
     from ei_nb.sample import SampleParams, open_verifier
     from ei_nb.served import open_sampler
@@ -446,10 +468,12 @@ def run_conjecture(problems_path, verdicts_path, # the pool and the latest verdi
                 round_idx, dict(n_prompts=n_prompts, lemma_frac=lemma_frac, seed=seed, seed_min_rate=seed_min_rate),
                 _known_keys(problems, extra_problems_paths), protected, easy_timeout)
         cproblems, proof, samples, verdicts = _prove(cands, R, model_dir, verifier, job, SampleParams(n, temperature, top_p, max_new_tokens, seed), round_idx)
-    kept, rows, status = _keep(cands, cproblems, samples, verdicts, prompts, R, tok, round_idx, conj_hi, elegance_quantile, max_tokens)
-    return _counts(seeds, prompts, gen, gens, cands, cproblems, proof, samples, verdicts, kept, rows, status, lean) | {
-        'n_prompts': n_prompts, 'conj_per_prompt': conj_per_prompt, 'n': n, 'conj_hi': conj_hi, 'lemma_frac': lemma_frac,
-        'elegance_quantile': elegance_quantile, 'seed_min_rate': seed_min_rate, 'sampling': proof.get('sampling'), 'server': proof.get('server')}
+    kept, rows, status, proofs = _keep(cands, cproblems, samples, verdicts, prompts, R, tok, round_idx, conj_hi, elegance_quantile, max_tokens,
+                                       dict(max_per_problem=max_proofs, protected=protected, style=prompt_style, hi=proof_hi))
+    return _counts(seeds, prompts, gen, gens, cands, cproblems, proof, samples, verdicts, kept, rows, status, lean, proofs) | {
+        'n_prompts': n_prompts, 'conj_per_prompt': conj_per_prompt, 'n': n, 'conj_hi': conj_hi, 'keep_rule': '0 < p < conj_hi',
+        'proof_rule': f'0 < p <= {proof_hi}', 'lemma_frac': lemma_frac, 'elegance_quantile': elegance_quantile, 'seed_min_rate': seed_min_rate,
+        'sampling': proof.get('sampling'), 'server': proof.get('server')}
 
 HEADLINE = ('generated', 'parsed', 'elaborated', 'proved', 'kept')
 

@@ -14,36 +14,41 @@ from .rows import join_passes, load_tokenizer
 from .sft import add_capped_rows, is_protected, measure_passes, protected_index, select_proofs, sft_row
 
 # %% auto #0
-__all__ = ['is_fixable', 'correction_candidates', 'correction_prompt', 'correction_problem', 'correction_rows', 'add_corrections',
-           'run_correct']
+__all__ = ['LEAN_SORRY', 'PREFIXES', 'is_fixable', 'correction_candidates', 'correction_prompt', 'correction_problem',
+           'correction_rows', 'add_corrections', 'run_correct']
 
 # %% ../nbs/01c_correct.ipynb #1d35c7da
+LEAN_SORRY = 'lean sorry: '   # an incomplete proof: Lean accepted it with a `sorry` (Goedel corrects these too)
+PREFIXES = (LEAN_ERROR, LEAN_SORRY)
+
 def is_fixable(verdict:dict, # a verdict record
-               prefixes=(LEAN_ERROR,), # reasons that qualify (the demo adds its verifier's own)
+               prefixes=PREFIXES, # reasons that qualify (the demo adds its verifier's own)
               ) -> bool:
     "Whether a failed sample is worth a correction turn: a DPO loser's rule (`is_lean_failure`), and never a pre-check rejection."
     return is_lean_failure(verdict, tuple(prefixes)) and not any('rule' in m for m in verdict.get('messages') or [])
 
 def correction_candidates(problems:list[dict], samples:list[dict], verdicts:list[dict],
-                          max_per_problem:int=2, # failures tried per problem at most
-                          prefixes=(LEAN_ERROR,)) -> list[tuple[dict, dict, dict]]:
-    "(problem, sample, verdict) of the failures to correct: per problem (file order) the shortest first."
-    if max_per_problem < 1: raise BadInput(f'max_per_problem must be >= 1, got {max_per_problem}')
-    by_key = {(s['name'], s['sample_idx']): s for s in samples}
+                          max_per_problem:int=0, # failures tried per problem at most (0: all, as Goedel)
+                          prefixes=PREFIXES) -> list[tuple[dict, dict, dict]]:
+    "(problem, sample, verdict) of the failures to correct: the problems (file order) with no pass, their fixable failures in `sample_idx` order."
+    if max_per_problem < 0: raise BadInput(f'max_per_problem must be >= 0 (0: no cap), got {max_per_problem}')
+    by_key, solved = {(s['name'], s['sample_idx']): s for s in samples}, {v['name'] for v in verdicts if v['verdict'] == 'pass'}
     failed = {}
     for v in verdicts:
-        if is_fixable(v, prefixes) and (s := by_key.get((v['name'], v['sample_idx']))) and v.get('proof'):
+        if v['name'] not in solved and is_fixable(v, prefixes) and (s := by_key.get((v['name'], v['sample_idx']))) and v.get('proof'):
             failed.setdefault(v['name'], []).append((s, v))
     out = []
     for p in problems:
-        ranked = sorted(failed.get(p['name'], []), key=lambda sv: (sv[0]['n_tokens'], sv[0]['sample_idx']))
-        out += [(p, s, v) for s, v in ranked[:max_per_problem]]
+        ranked = sorted(failed.get(p['name'], []), key=lambda sv: sv[0]['sample_idx'])
+        out += [(p, s, v) for s, v in ranked[:max_per_problem or None]]
     return out
 
 # %% ../nbs/01c_correct.ipynb #c7c2502a
 def correction_prompt(problem:dict, sample:dict, verdict:dict, tokenizer=None, style:str='chat') -> str:
     "The text a model continues to correct `sample` (failed with `verdict`) of `problem`."
-    feedback = error_feedback(verdict.get('proof') or '', verdict.get('messages') or [{'severity': 'error', 'text': verdict['reason']}])
+    msgs = verdict.get('messages')   # Lean's (errors whole, see 01a_lean_reply); an incomplete proof has none: Goedel's empty section
+    if msgs is None and not (verdict.get('reason') or '').startswith(LEAN_SORRY): msgs = [{'severity': 'error', 'text': verdict['reason']}]
+    feedback = error_feedback(verdict.get('proof') or '', msgs or [], omitted=verdict.get('messages_omitted', 0))
     if style == 'completion':
         said = '\n'.join(f'-- {l}' for l in feedback.splitlines() if l.strip())
         note = f'-- The previous proof attempt failed. Lean said:\n{said}\n-- A corrected proof:\n'
@@ -84,17 +89,18 @@ def correction_rows(cproblems:list[dict], samples:list[dict], verdicts:list[dict
 def add_corrections(rows:list[dict], # the round's ordinary SFT rows
                     corrections:list[dict], # `correction_rows.jsonl`
                     max_frac:float=0.25, # corrections at most this fraction of all rows
+                    seed:int=0, # seeds the uniform draw over the cap
                    ) -> tuple[list[dict], dict]:
-    "The rows with corrections appended (shortest first, up to `max_frac` of the total), and counts."
-    return add_capped_rows(rows, corrections, max_frac, 'correction')
+    "The rows with corrections appended (a seeded uniform draw up to `max_frac` of the total), and counts."
+    return add_capped_rows(rows, corrections, max_frac, 'correction', seed)
 
 # %% ../nbs/01c_correct.ipynb #1ba78e89
 def run_correct(problems_path, samples_path, verdicts_path, # the round's problems and its 01 records
                 model_dir, out_dir, round_idx:int=1,
-                n:int=1, max_per_problem:int=2, max_per_failure:int=1, prefixes=(LEAN_ERROR,),
+                n:int=2, max_per_problem:int=0, max_per_failure:int=1, prefixes=PREFIXES,
                 max_new_tokens:int=16384, temperature:float=1.0, top_p:float=0.95, seed:int=0,
                 sampler:str='transformers', sampler_options:dict|None=None, verifier=None, # `VerifierSettings` (None: no verifier)
-                prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5, max_tokens:int=SFT_MAX_TOKENS,
+                prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.75, max_tokens:int=SFT_MAX_TOKENS,
                 protected=(), log=print, progress:bool|None=None) -> dict:
     "Correct the round's Lean failures into the round folder `out_dir`; the counts (the stage's `stage.json` numbers)."
     from ei_nb.sample import SampleParams
@@ -108,7 +114,7 @@ def run_correct(problems_path, samples_path, verdicts_path, # the round's proble
     stats = sample_and_verify(cproblems, model_dir, R.correction_samples, R.correction_verdicts, params,
                               round_idx, sampler, sampler_options, verifier, prompt_style, chunk_problems, max_prompt_frac,
                               settings={'model': str(Path(model_dir).resolve()), 'prefixes': list(prefixes)}, log=log, progress=progress)
-    samples, verdicts = read_samples(R.correction_samples), read_verdicts(R.correction_verdicts)
+    samples, verdicts = read_samples(R.correction_samples, required=False), read_verdicts(R.correction_verdicts, required=False)   # none tried: empty
     rows, kept = correction_rows(cproblems, samples, verdicts, tok, round_idx, max_per_failure, max_tokens, protected)
     write_records(R.correction_rows, rows)
     fixed = {v['name'] for v in verdicts if v['verdict'] == 'pass'}

@@ -8,18 +8,19 @@ import json, math, random, sys, time
 from collections import Counter, defaultdict
 from functools import partial
 from pathlib import Path
-from .core import (SFT_MAX_TOKENS, BadInput, DataStop, atomic_write_json, read_problems, read_records, read_samples,
+from .core import (SFT_MAX_TOKENS, BadInput, DataStop, StageFailed, atomic_write_json, read_problems, read_records, read_samples,
                         read_verdicts, write_records)
 from .rows import collate, completion_text, encode, join_passes, load_tokenizer, proof_text, tokenize_rows
 from .sft import build_sft_rows, demo_sft_inputs, read_protected
-from .train import (TrainingRun, check_schedule, completion_loss, load_for_training, run_fingerprint, run_trainer_cli, train_lora,
-                         train_parser)
+from .train import (TrainingRun, check_schedule, completion_loss, load_for_training, lr_factor, run_fingerprint, run_trainer_cli,
+                         train_lora, train_parser)
 
 # %% auto #0
 __all__ = ['LEAN_ERROR', 'DEMO_LOSER', 'OBJECTIVES', 'DPO_KEYS', 'is_lean_failure', 'demo_dpo_inputs', 'pass_rates', 'draw_pairs',
            'build_pairs', 'assign_bands', 'curriculum', 'read_pairs', 'dpo_loss', 'sequence_logp', 'tokenize_pairs',
-           'reference_logps', 'plan_dpo_steps', 'train_dpo', 'plot_dpo', 'round_pairs', 'sft_once', 'band_means',
-           'dpo_summary', 'dpo_data_cli', 'dpo_train_cli']
+           'reference_logps', 'policy_logps', 'plan_dpo_steps', 'band_bounds', 'band_lr_factor', 'train_dpo',
+           'plot_dpo', 'round_pairs', 'pair_lengths', 'sft_once', 'band_means', 'dpo_summary', 'dpo_data_cli',
+           'dpo_train_cli']
 
 # %% ../nbs/02b_dpo.ipynb #4c4cfa96
 LEAN_ERROR = 'lean error: '
@@ -117,7 +118,7 @@ def build_pairs(problems:list[dict], samples:list[dict], verdicts:list[dict],
         st['losers'] += len(losers)
         if not losers: st['problems_without_loser'] += 1; continue
         for w,l in draw_pairs(list(ws), list(losers), pairs_per_problem, seed, name):
-            pairs.append({'name': name, 'round': round_idx, 'pass_rate': rates[name], 'prompt': head['prompt'],
+            pairs.append({'name': name, 'round': round_idx, 'pass_rate': rates[name], 'prompt': head['prompt'], 'n_prompt_tokens': head['n_prompt_tokens'],
                           'chosen': ws[w]['completion'], 'rejected': losers[l]['completion'],
                           'chosen_eos': ws[w]['eos'], 'rejected_eos': losers[l]['eos'], 'chosen_idx': w, 'rejected_idx': l,
                           'chosen_tokens': ws[w]['n_tokens'], 'rejected_tokens': losers[l]['n_tokens'],
@@ -181,6 +182,13 @@ def reference_logps(model, # a peft model: the reference is the model with its a
         logp = lambda exs: [sequence_logp(model, e, device, chunk).item() for e in exs]
         return {'chosen': logp(chosen), 'rejected': logp(rejected)}
 
+def policy_logps(model, chosen:list[dict], rejected:list[dict], idxs:list[int], device='cpu', chunk:int=4096, autocast=None) -> dict[int, tuple[float, float]]:
+    "By pair index in `idxs`: the summed completion log-probs of winner and loser under the model as it is (adapter on, no grad)."
+    import contextlib, torch
+    autocast = autocast or contextlib.nullcontext
+    with torch.no_grad(), autocast():
+        return {i: (sequence_logp(model, chosen[i], device, chunk).item(), sequence_logp(model, rejected[i], device, chunk).item()) for i in idxs}
+
 # %% ../nbs/02b_dpo.ipynb #e6c2a5b7
 def plan_dpo_steps(bands:list[int], # band of each pair
                    batch_pairs:int, epochs:int, seed:int, max_steps:int=-1) -> list[list[int]]:
@@ -205,6 +213,33 @@ def _dpo_step(model, chosen, rejected, ref, idxs, beta, device, chunk, autocast)
         (loss / len(idxs)).backward()
         out['loss'] += loss.item(); out['chosen'] += rc.item(); out['rejected'] += rr.item(); out['correct'] += float(rc > rr)
     return out
+
+def band_bounds(step_bands:list[int]) -> list[tuple[int, int, int]]:
+    "(band, first step, steps) of each run of consecutive optimizer steps of one band."
+    out = []
+    for s, b in enumerate(step_bands):
+        if out and out[-1][0] == b: out[-1] = (b, out[-1][1], out[-1][2] + 1)
+        else: out.append((b, s, 1))
+    return out
+
+def band_lr_factor(step:int, bounds:list[tuple[int, int, int]], warmup_ratio:float, schedule:str) -> float:
+    "LR multiplier at run step `step` when each band is its own run: warm-up over its first steps, then decay to 0 at its end."
+    for _, first, n in bounds:
+        if first <= step < first + n: return lr_factor(step - first, n, math.ceil(warmup_ratio * n), schedule)
+    return 0.0   # past the last step (the scheduler's final tick)
+
+def _enter_band(run, s:int, bound:tuple, bands:list[int], ref:dict, model, chosen, rejected, device, chunk, autocast) -> float:
+    "At step `s` in band `bound` (a band's first step, or the first step of a resumed run): a fresh optimizer at the band's start, its reference loaded or computed; seconds."
+    k, first, _ = bound
+    if s == first and s > 0: run.opt.state.clear()            # a fresh AdamW: CuDIP runs one DPO per band
+    path, t0 = run.ck_root/f'reference_band{k}.json', time.time()
+    if path.exists() and (saved := json.loads(path.read_text()))['fingerprint'] == run.fingerprint: got = saved['logps']
+    elif s != first: raise StageFailed(f'{path}: the reference of band {k} is missing mid-band: train again with resume=False')
+    else:
+        got = {str(i): v for i, v in policy_logps(model, chosen, rejected, [i for i, b in enumerate(bands) if b == k], device, chunk, autocast).items()}
+        atomic_write_json(path, {'fingerprint': run.fingerprint, 'logps': got}, indent=None)
+    for i, (c, r) in got.items(): ref['chosen'][int(i)], ref['rejected'][int(i)] = c, r
+    return time.time() - t0
 
 def _reference(ck_root, fingerprint, model, chosen, rejected, device, chunk, autocast) -> dict:
     "Reference log-probs: read from `ck_root` when computed for this fingerprint, else computed and saved there."
@@ -262,8 +297,9 @@ def train_dpo(model_dir, # the round's input model: the policy starts here and i
               cleanup:bool=True, dtype:str='auto', gradient_checkpointing:bool|None=None,
               attn_implementation:str|None=None, max_shard_size:str='5GB', merge_tol:float|None=None,
               log_every:int=0, loss_chunk:int=4096, on_step=None, # called as `on_step(step, loss)` after each step
+              per_band:bool=True, # each band its own run (fresh optimizer and schedule, the previous band's policy as reference); False: one run
              ) -> dict:
-    "DPO-train a fresh LoRA on ordered pairs against the adapter-disabled input model; resumable; merge and export."
+    "DPO-train a fresh LoRA on ordered pairs, band by band (CuDIP), against the input model and then each band's predecessor; resumable; merge and export."
     import torch
     check_schedule(schedule)
     out_dir, device = Path(out_dir), torch.device('cuda' if torch.cuda.is_available() else 'cpu')
@@ -271,18 +307,25 @@ def train_dpo(model_dir, # the round's input model: the policy starts here and i
     chosen, rejected, n_long, bands, steps = _dpo_plan(pairs_or_path, tok, max_tokens, batch_pairs, epochs, seed, max_steps)
     params = dict(objective='dpo', beta=beta, lr=lr, epochs=epochs, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
                   target_modules=target_modules, batch_pairs=batch_pairs, max_tokens=max_tokens, warmup_ratio=warmup_ratio,
-                  schedule=schedule, weight_decay=weight_decay, max_grad_norm=max_grad_norm, max_steps=max_steps, seed=seed, bands=bands)
+                  schedule=schedule, weight_decay=weight_decay, max_grad_norm=max_grad_norm, max_steps=max_steps, seed=seed, bands=bands,
+                  per_band=per_band)
     fingerprint = run_fingerprint(chosen + rejected, model_dir, params)
     model, save_dtype, bf16 = load_for_training(model_dir, device, False, lora_r, lora_alpha, lora_dropout, target_modules,
                                                 dtype, gradient_checkpointing, attn_implementation, seed)
     autocast = partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16, enabled=bf16)
     run = TrainingRun('dpo', model, out_dir, fingerprint, params, len(steps), {k: [] for k in _CURVES}, save_every, keep_checkpoints,
                       resume, log_every, on_step)
+    bounds = band_bounds([bands[st[0]] for st in steps])
+    if per_band:   # the run's schedule restarts with every band (replacing TrainingRun's one-run schedule before anything is restored)
+        run.sched = torch.optim.lr_scheduler.LambdaLR(run.opt, partial(band_lr_factor, bounds=bounds, warmup_ratio=warmup_ratio, schedule=schedule))
     t_ref = time.time()
-    ref = _reference(run.ck_root, fingerprint, model, chosen, rejected, device, loss_chunk, autocast)
+    ref = _reference(run.ck_root, fingerprint, model, chosen, rejected, device, loss_chunk, autocast) if not per_band else \
+          {'chosen': [0.0] * len(chosen), 'rejected': [0.0] * len(rejected)}
     t_ref = time.time() - t_ref
     run.restore()
     for s in range(run.start, len(steps)):
+        bound = next(b for b in bounds if b[1] <= s < b[1] + b[2])
+        if per_band and s in (run.start, bound[1]): t_ref += _enter_band(run, s, bound, bands, ref, model, chosen, rejected, device, loss_chunk, autocast)
         t_step = time.time()
         r = _dpo_step(model, chosen, rejected, ref, steps[s], beta, device, loss_chunk, autocast)
         _record(run.hist, r, steps[s], bands[steps[s][0]], run.optimizer_step(), chosen, rejected, time.time() - t_step)
@@ -313,7 +356,18 @@ def round_pairs(problems:list[dict], samples:list[dict], verdicts:list[dict], to
     pairs, st = build_pairs(problems, samples, verdicts, tokenizer, round_idx, pairs_per_problem, protected=protected,
                             seed=seed, loser_prefixes=tuple(loser_prefixes), **keep)
     pairs = curriculum(pairs, n_stages)
-    return pairs, st | {'pairs_per_band': dict(sorted(Counter(p['band'] for p in pairs).items()))}
+    return pairs, st | {'pairs_per_band': dict(sorted(Counter(p['band'] for p in pairs).items())), 'pair_lengths': pair_lengths(pairs)}
+
+def pair_lengths(pairs:list[dict]) -> dict:
+    "Completion tokens of winners and losers (a side's tokens minus the prompt's): means, medians and how often the winner is shorter, overall and per band."
+    import statistics as S
+    def part(ps):
+        c, r = ([p[f'{k}_tokens'] - p['n_prompt_tokens'] for p in ps] for k in ('chosen', 'rejected'))
+        return {'pairs': len(ps), 'chosen_completion_tokens_mean': S.mean(c), 'rejected_completion_tokens_mean': S.mean(r),
+                'chosen_completion_tokens_median': S.median(c), 'rejected_completion_tokens_median': S.median(r),
+                'chosen_shorter_frac': sum(a < b for a, b in zip(c, r)) / len(ps)}
+    bands = sorted({p.get('band', 0) for p in pairs})
+    return {'all': part(pairs) if pairs else None, 'bands': {b: part([p for p in pairs if p.get('band', 0) == b]) for b in bands}}
 
 # %% ../nbs/02b_dpo.ipynb #4e374cab
 def _model_id(model_dir) -> list:

@@ -9,8 +9,8 @@ from .core import BadInput
 from .policy import DEFAULT_POLICY, LeanCode, allowed_axioms
 
 # %% auto #0
-__all__ = ['MESSAGE_CAP', 'MESSAGE_FIELDS', 'LeanError', 'HeaderStall', 'with_axioms', 'axioms_line', 'statement_probe',
-           'message_line', 'judge', 'lean_messages', 'probed_type', 'reference_text']
+__all__ = ['MESSAGE_CAP', 'MAX_ERRORS', 'MESSAGE_FIELDS', 'LeanError', 'HeaderStall', 'with_axioms', 'axioms_line',
+           'statement_probe', 'message_line', 'judge', 'lean_messages', 'probed_type', 'reference_text']
 
 # %% ../nbs/01a_lean_reply.ipynb #40d2f693
 class LeanError(Exception):
@@ -73,7 +73,8 @@ def judge(reply,                  # a Lean REPL reply: {'messages': [...], 'sorr
     return 'pass', None
 
 # %% ../nbs/01a_lean_reply.ipynb #4998b071
-MESSAGE_CAP = 2000   # characters of message text kept per verdict: the first errors matter, a flood does not
+MESSAGE_CAP = 20000   # characters of one message's text kept at most (a safety ceiling; the cut is marked in the text)
+MAX_ERRORS = 8        # errors kept per verdict (Goedel-Prover-V2's 8-error rule); sorry warnings likewise, separately
 MESSAGE_FIELDS = ('messages', 'messages_cap', 'messages_omitted')
 
 def _pos(p) -> tuple[int, int]|None:
@@ -87,22 +88,24 @@ def _in_proof(line:int, offsets, body_lines:int) -> int|None:
 def lean_messages(reply:dict,         # a Lean reply in the REPL's shape
                   body_lines:int,     # lines of the proof that was sent (messages below it are our own commands')
                   offsets=frozenset({0}), # lines before the proof in the reply's coordinates
-                  cap:int=MESSAGE_CAP, # characters of text kept in all
-                 ) -> tuple[list[dict], int]: # (messages, how many were cut by the cap)
-    "Errors and sorry warnings of `reply` as `{severity, line, column, end_line, end_column, text}` in the proof's lines."
-    keep = [m for m in reply.get('messages', []) if isinstance(m, dict) and isinstance(m.get('data'), str)
-            and (m.get('severity') == 'error' or (m.get('severity') == 'warning' and _SORRY_WARNING.search(m['data'])))]
-    out, room = [], cap
-    for i, m in enumerate(keep):
+                  cap:int=MESSAGE_CAP, # characters of one message's text kept at most
+                  max_errors:int=MAX_ERRORS, # errors kept (and sorry warnings, separately)
+                 ) -> tuple[list[dict], int]: # (messages, how many further errors were left out)
+    "The first `max_errors` errors and sorry warnings of `reply`, whole, as `{severity, line, column, end_line, end_column, text}` in the proof's lines."
+    out, kept, omitted = [], {'error': 0, 'warning': 0}, 0
+    for m in reply.get('messages', []):
+        if not (isinstance(m, dict) and isinstance(m.get('data'), str)) or not (m.get('severity') == 'error' or
+                (m.get('severity') == 'warning' and _SORRY_WARNING.search(m['data']))): continue
         start, end = _pos(m.get('pos')), _pos(m.get('endPos'))
         line = _in_proof(start[0], offsets, body_lines) if start else None
         if start and line is None: continue              # a message about our appended commands, not the proof
-        if room <= 0: return out, len(keep) - i
-        text = m['data'][:room]; room -= len(text)
+        if kept[m['severity']] >= max_errors: omitted += m['severity'] == 'error'; continue
+        kept[m['severity']] += 1
+        text = m['data'] if len(m['data']) <= cap else m['data'][:cap] + f' ... [ei_nb: {len(m["data"]) - cap} characters of this message cut]'
         shift = (start[0] - line) if start else 0
         out.append({'severity': m['severity'], 'line': line, 'column': start[1] if start else None,
                     'end_line': end[0] - shift if end else None, 'end_column': end[1] if end else None, 'text': text})
-    return out, 0
+    return out, omitted
 
 # %% ../nbs/01a_lean_reply.ipynb #74f2e984
 _PROBE = re.compile(r'ei-statement-type: (.*)', re.S)

@@ -62,19 +62,23 @@ def _quoted(lines:list[str], m:dict, context:int=4, span_lines:int=6) -> str:
     if a == b: out.append(lines[a][:ca] + '<error>' + lines[a][ca:cb] + '</error>' + lines[a][cb:])
     else:
         out += [lines[a][:ca] + '<error>' + lines[a][ca:]] + lines[a + 1:min(b, a + span_lines)]
-        if b > a + span_lines: out.append(' ' * (len(lines[b - 1]) - len(lines[b - 1].lstrip(' '))) + '... --[Truncated]-- ...')
+        if b > a + span_lines:
+            shown = lines[a + span_lines - 1]   # Goedel indents the marker as the last line shown, after a blank line
+            out += ['', ' ' * (len(shown) - len(shown.lstrip(' '))) + '... --[Truncated]-- ...']
         out.append(lines[b][:cb] + '</error>' + lines[b][cb:])
-    return '\n'.join(out + lines[b + 1:b + 2])
+    return ''.join(l + '\n' for l in out + lines[b + 1:b + 2])
 
 def error_feedback(code:str,           # the failed proof (the verdict's `proof`)
                    messages:list[dict], # the verdict's `messages` (positions in `code`'s lines)
-                   max_errors:int=8) -> str:
-    "Lean's errors on `code`, each with the failing code quoted and marked: the body of the correction turn."
+                   max_errors:int=8,
+                   omitted:int=0,       # further errors the verdict did not keep (its `messages_omitted`)
+                  ) -> str:
+    "Lean's errors on `code`, each with the failing code quoted and marked, and the count of those not shown: the body of the correction turn."
     lines = code.split('\n')
     errs = [m for m in messages if m.get('severity') == 'error' and 'rule' not in m]   # the pre-check's rejections are no Lean feedback
-    quote = lambda m: f"\nCorresponding Code:\n```lean4\n{_quoted(lines, m)}\n```\n" if m.get('line') else ''
+    quote = lambda m: f"\nCorresponding Code:\n```lean4\n{_quoted(lines, m)}\n```\n" if m.get('line') else ''   # a blank line before the fence
     parts = [f"\nError {i}:\n{quote(m)}\nError Message: {m['text']}\n" for i, m in enumerate(errs[:max_errors], 1)]
-    if len(errs) > max_errors: parts.append(f'\n... [Omitted {len(errs) - max_errors} more errors] ...\n')
+    if (left := max(0, len(errs) - max_errors) + omitted) > 0: parts.append(f'\n... [Omitted {left} more errors] ...\n')
     return ''.join(parts)
 
 def correction_messages(problem:dict,          # the problem record

@@ -94,7 +94,9 @@ def read_sft_rows(path) -> list[dict]:
     return [check_record(row, 'sft_row', path, i) for i, row in iter_jsonl(path)]
 
 def read_logprobs(path) -> 'pd.DataFrame':
-    "Read and check a log-prob file: `name`, `sample_idx`, `logprob`, `n_tokens` per line, one line per sample."
+    "Read and check a log-prob file: `name`, `sample_idx`, `logprob`, `n_tokens` per line, one line per sample, and `correct` (True when absent: a file of passes)."
     import pandas as pd
-    fields = list(SCHEMAS['logprob'])
-    return pd.DataFrame([{f: r[f] for f in fields} for r in read_records(path, 'logprob', required=False)], columns=fields)
+    fields, recs = list(SCHEMAS['logprob']), read_records(path, 'logprob', required=False)
+    if bad := next((r for r in recs if not isinstance(r.get('correct', True), bool)), None):
+        raise BadInput(f"{path}: sample {(bad['name'], bad['sample_idx'])}: field 'correct' must be true or false, got {bad['correct']!r}")
+    return pd.DataFrame([{f: r[f] for f in fields} | {'correct': r.get('correct', True)} for r in recs], columns=fields + ['correct'])

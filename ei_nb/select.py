@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 import numpy as np
 from .core import BadInput, DataStop, check_output, read_problems, statement_key, write_records
+from .near_dup import structural_key
 from .eval import ProblemCounts, counts_of, problem_counts, verdict_counts
 
 # %% auto #0
@@ -49,24 +50,30 @@ def merge_measurements(results_path, # the older measurement (verdict records)
     return Path(out_path)
 
 # %% ../nbs/00_select.ipynb #baeb1aa1
-def protected_index(protected:list[dict]) -> tuple[set, set]:
-    "Names and statement keys of the protected problems."
-    return {p['name'] for p in protected}, {statement_key(p['formal_statement']) for p in protected}
+def protected_index(protected:list[dict]) -> tuple[set, set, set]:
+    "Names, statement keys and structural keys (`ei_nb.near_dup`) of the protected problems."
+    stmts = [p['formal_statement'] for p in protected]
+    return {p['name'] for p in protected}, {statement_key(s) for s in stmts}, {k for s in stmts if (k := structural_key(s)) is not None}
+
+def _leaks(statement:str, key:str, index:tuple) -> bool:
+    "Whether `statement` (its statement key `key`) is protected: the same key, or a structural near-duplicate."
+    return key in index[1] or ((k := structural_key(statement)) is not None and k in index[2])
 
 def _removed(pool:list[dict], pool_names:list[str],
-             index:tuple[set, set], # `protected_index` of the protected problems
+             index:tuple[set, set, set], # `protected_index` of the protected problems
              candidates:set|None) -> set[int]:
-    "Indices into `pool` (whose names are `pool_names`) of the problems whose name or statement key is protected; only candidates are keyed."
+    "Indices into `pool` (whose names are `pool_names`) of the problems whose name, statement key or structural key is protected; only candidates are keyed."
     from ei_nb.jsonl_scan import statement_keys
-    names, keys = index
+    names = index[0]
     keyed = [i for i, n in enumerate(pool_names) if n not in names and (candidates is None or n in candidates)]
-    leaked = {i for i, key in zip(keyed, statement_keys([pool[i] for i in keyed])) if key in keys}   # keyed in C where the statement is plain
+    leaked = {i for i, key in zip(keyed, statement_keys([pool[i] for i in keyed]))   # keyed in C where the statement is plain
+              if _leaks(pool[i]['formal_statement'], key, index)}
     return {i for i, n in enumerate(pool_names) if n in names} | leaked
 
 def decontaminate(pool:list[dict], protected:list[dict],
                   candidates:set|None=None, # names that could be selected: only their statements are keyed (None: all)
                  ) -> tuple[list[dict], list[dict]]:
-    "Split `pool` into (kept, removed) by name or statement key against `protected`."
+    "Split `pool` into (kept, removed) by name, statement key or structural key against `protected`."
     removed = _removed(pool, [p['name'] for p in pool], protected_index(protected), candidates)
     return [p for i, p in enumerate(pool) if i not in removed], [pool[i] for i in sorted(removed)]
 
@@ -75,21 +82,23 @@ def _rank(seed:int, name:str) -> bytes: return hashlib.sha256(f'{seed}:{name}'.e
 
 def _first_clean_zeros(by_name:dict, # the pool's records by name
                        rate:dict,
-                       index:tuple[set, set], # `protected_index` of the protected problems
+                       index:tuple[set, set, set], # `protected_index` of the protected problems
                        max_zero:int, seed:int) -> set:
     "The p = 0 problems keyed for selection: in rank order, until `max_zero` of them are not protected (those keyed and found protected included)."
     if max_zero <= 0: return set()
-    names, keys = index
+    names = index[0]
     zeros = sorted((n for n, p in rate.items() if p == 0 and n in by_name and n not in names), key=lambda n: _rank(seed, n))
     keyed, clean = set(), 0
     for n in zeros:
-        keyed.add(n); clean += statement_key(by_name[n]['formal_statement']) not in keys
+        stmt = by_name[n]['formal_statement']
+        keyed.add(n); clean += not _leaks(stmt, statement_key(stmt), index)
         if clean == max_zero: break
     return keyed
 
-def _status(kept_names:list, rate:dict, in_band:set, chosen:set) -> list[str]:
-    "Each kept problem's place: selected, in band (not taken by the cap), out of band, or unmeasured."
-    return ['selected' if n in chosen else 'in band' if n in in_band else 'out of band' if n in rate else 'unmeasured' for n in kept_names]
+def _status(kept_names:list, rate:dict, in_band:set, chosen:set, held_back=frozenset()) -> list[str]:
+    "Each kept problem's place: selected, in band (not taken by the cap), held back (proved this round by 00b), out of band, or unmeasured."
+    return ['selected' if n in chosen else 'in band' if n in in_band else 'held back' if n in held_back else 'out of band' if n in rate else 'unmeasured'
+            for n in kept_names]
 
 def _band_table(kept_names:list, counts:ProblemCounts, status:list) -> pd.DataFrame:
     "Per kept pool problem: `n_samples`, `n_pass`, `pass_rate` (NaN when unmeasured) and its `status`."
@@ -103,6 +112,7 @@ def select_problems(pool:list[dict], # problem records of the training pool
                     lo:float=0.0, hi:float=0.75, # keep lo < p <= hi
                     include_zero:bool=False, max_zero:int=100, max_problems:int=300, seed:int=0,
                     table:bool=True, # also build the per-problem DataFrame (pandas); `ei select` needs only the summary
+                    held_back=frozenset(), # names never selected this round (the conjectures 00b_conjecture proved: their proofs are rows already)
                    ) -> tuple[list[dict], dict, pd.DataFrame|None]:
     "Selected problem records (with `pass_rate`, `n_samples`, `n_pass`), a summary, and the per-problem table."
     if not 0 <= lo < hi <= 1: raise BadInput(f'need 0 <= lo < hi <= 1, got lo={lo}, hi={hi}')
@@ -111,6 +121,7 @@ def select_problems(pool:list[dict], # problem records of the training pool
     at = dict(zip(measured_names, range(len(measured_names))))
     rate = dict(zip(measured_names, counts.pass_rate.tolist()))
     band = {n for n, p in rate.items() if lo < p <= hi}
+    band -= set(held_back)
     pool_names = [p['name'] for p in pool]   # once: a scanned pool's records are looked up by name here only
     by_name = dict(zip(pool_names, pool))
     index = protected_index(protected)   # the protected statements keyed once, for the zeros and the candidates
@@ -126,9 +137,9 @@ def select_problems(pool:list[dict], # problem records of the training pool
     summary = {'pool': len(pool), 'protected_removed': len(removed), 'unmeasured': len(kept_names) - len(measured),
                'in_band': len(in_band), 'zero': int((measured == 0).sum()), 'above_band': int((measured > hi).sum()),
                'zero_selected': len(set(zero) & set(chosen)), 'selected': len(selected),
-               'unknown_verdict_names': len(rate.keys() - by_name.keys())}
+               'unknown_verdict_names': len(rate.keys() - by_name.keys())} | ({'held_back': len(set(held_back) & set(rate))} if held_back else {})
     if not table: return selected, summary, None
-    return selected, summary, _band_table(kept_names, counts, _status(kept_names, rate, set(in_band), set(chosen)))
+    return selected, summary, _band_table(kept_names, counts, _status(kept_names, rate, set(in_band), set(chosen), set(held_back)))
 
 # %% ../nbs/00_select.ipynb #b2f8e6a7
 def plot_band(table:pd.DataFrame, summary:dict, lo:float=0.0, hi:float=0.75, n_bins:int|None=None, ax=None):
@@ -139,7 +150,7 @@ def plot_band(table:pd.DataFrame, summary:dict, lo:float=0.0, hi:float=0.75, n_b
     n = int(table.n_samples.max()) if rates.size else 8
     bins = np.linspace(-0.5/n, 1 + 0.5/n, (n_bins or n) + 2)
     ax.axvspan(lo + 0.5/n if lo == 0 else lo, hi, color='tab:green', alpha=0.15, label=f'band {lo} < p ≤ {hi}')
-    for status, color in (('selected', 'tab:green'), ('in band', 'tab:olive'), ('out of band', 'tab:gray')):
+    for status, color in (('selected', 'tab:green'), ('in band', 'tab:olive'), ('held back', 'tab:purple'), ('out of band', 'tab:gray')):
         ax.hist(table.loc[table.status == status, 'pass_rate'], bins=bins, color=color, alpha=0.8, label=status)
     from matplotlib.ticker import MaxNLocator
     ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
@@ -167,6 +178,7 @@ def run_select(pool_path, results_path, out_path, protected_paths=(), lo=0.0, hi
                max_zero=100, max_problems=300, seed=0,
                extra_pool_paths=(), # more problem files of the pool, possibly empty (the conjectures 00b_conjecture kept)
                table:bool=True, # also return the per-problem DataFrame
+               held_back_paths=(), # problem files whose problems are not selected this round (this round's conjectures)
               ) -> tuple[dict, pd.DataFrame|None]:
     "Read the inputs, select, write `out_path` atomically; raise `DataStop` when nothing is selected."
     from concurrent.futures import ThreadPoolExecutor
@@ -175,7 +187,8 @@ def run_select(pool_path, results_path, out_path, protected_paths=(), lo=0.0, hi
         pool = read_pool(pool_path, extra_pool_paths)
         protected = [p for path in protected_paths for p in read_problems(path)]
         counts = counting.result()
-    selected, summary, band = select_problems(pool, counts, protected, lo, hi, include_zero, max_zero, max_problems, seed, table)
+    held = {p['name'] for path in held_back_paths for p in read_problems(path, required=False)}
+    selected, summary, band = select_problems(pool, counts, protected, lo, hi, include_zero, max_zero, max_problems, seed, table, held)
     if not selected: raise DataStop(f'no problem in the pass-rate band ({lo} < p <= {hi}): {summary}', summary)
     write_records(out_path, selected, 'problem')
     return summary, band

@@ -4,18 +4,21 @@
 
 # %% ../nbs/02_sft.ipynb #7a847c54
 from __future__ import annotations
-import json, math, re
-from collections import Counter
+import json, math, random, re
+from collections import Counter, defaultdict
 from pathlib import Path
 from .core import (SFT_MAX_TOKENS, BadInput, DataStop, RecordError, iter_jsonl, lean_code_only, normalize_ws, read_problems,
                         read_samples, read_verdicts, shared_data, statement_key, write_records)
+from .near_dup import structural_key
 from .prompts import render_prompt
 from .rows import completion_text, encode, load_tokenizer, problem_passes, proof_text, read_logprobs
 
 # %% auto #0
-__all__ = ['RANKS', 'protected_key', 'read_protected', 'protected_index', 'is_protected', 'rank_passes', 'select_proofs',
-           'measure_passes', 'add_capped_rows', 'sft_row', 'rank_weight', 'with_logprobs', 'lever_fields',
-           'build_sft_rows', 'demo_sft_inputs', 'sft_data_cli', 'check_rows_not_protected']
+__all__ = ['RANKS', 'RANK_BY', 'protected_key', 'read_protected', 'protected_index', 'protected_match', 'is_protected',
+           'rank_passes', 'select_proofs', 'measure_passes', 'add_capped_rows', 'sft_row', 'logprob_table',
+           'rank_logprob', 'group_logprobs', 'with_logprobs', 'group_ranks', 'rank_factor', 'group_advantages',
+           'kept_weights', 'lever_fields', 'sample_groups', 'build_sft_rows', 'demo_sft_inputs', 'sft_data_cli',
+           'check_rows_not_protected']
 
 # %% ../nbs/02_sft.ipynb #03301c8d
 _THM = re.compile(r'(?m)^[ \t]*(?:@\[[^\]]*\]\s*)?(?:private\s+|protected\s+)?(?:theorem|lemma)\s')
@@ -41,28 +44,36 @@ def read_protected(paths # one path or a list of JSONL files with `name` and opt
             rows.append({'name': row['name'], 'formal_statement': row.get('formal_statement') or ''})
     return rows
 
-def protected_index(protected) -> tuple[set, set]:
-    "Names and statement keys of `protected` rows, for `is_protected`."
+def protected_index(protected) -> tuple[set, set, set]:
+    "Names, statement keys and structural keys (`ei_nb.near_dup`) of `protected` rows, for `is_protected`."
     rows = list(protected)
-    return {r['name'] for r in rows}, {protected_key(r['formal_statement']) for r in rows if r.get('formal_statement')}
+    stmts = [r['formal_statement'] for r in rows if r.get('formal_statement')]
+    return {r['name'] for r in rows}, {protected_key(s) for s in stmts}, {k for s in stmts if (k := structural_key(s)) is not None}
 
-def is_protected(problem:dict, index:tuple[set, set]) -> bool:
-    "Whether `problem` matches a protected row by name or by statement."
-    return problem['name'] in index[0] or protected_key(problem['formal_statement']) in index[1]
+def protected_match(problem:dict, index:tuple[set, set, set]) -> str|None:
+    "How `problem` matches a protected row: `name`, `statement` (the same key), `structural` (a near-duplicate), or None."
+    if problem['name'] in index[0]: return 'name'
+    if protected_key(problem['formal_statement']) in index[1]: return 'statement'
+    if (k := structural_key(problem['formal_statement'])) is not None and k in index[2]: return 'structural'
+    return None
+
+def is_protected(problem:dict, index:tuple[set, set, set]) -> bool:
+    "Whether `problem` matches a protected row by name, by statement or as a structural near-duplicate."
+    return protected_match(problem, index) is not None
 
 # %% ../nbs/02_sft.ipynb #a5075c4e
 RANKS = ('shortest', 'order', 'unlikely')
 
 def _unlikely_key(sv:tuple[dict, dict]) -> tuple:
     s = sv[0]
-    if 'logprob0' not in s: raise BadInput(f"rank 'unlikely' needs the initial log-prob of every pass: {s['name']!r} sample {s['sample_idx']} has none")
-    return (s['logprob0'], s['sample_idx'])
+    if 'rank_logprob' not in s: raise BadInput(f"rank 'unlikely' needs the initial log-prob of every pass: {s['name']!r} sample {s['sample_idx']} has none")
+    return (s['rank_logprob'], s['sample_idx'])
 
 _RANK_KEYS = {'shortest': lambda sv: (sv[0]['n_tokens'], sv[0]['sample_idx']), 'order': lambda sv: sv[0]['sample_idx'],
               'unlikely': _unlikely_key}
 
 def rank_passes(passes:list[tuple[dict, dict]], rank:str='shortest') -> list[tuple[dict, dict]]:
-    "`passes` ordered by `rank`: `shortest` (completion `n_tokens`, then `sample_idx`), `order` (`sample_idx`) or `unlikely` (initial log-prob `logprob0` of the sample, lowest first, then `sample_idx`)."
+    "`passes` ordered by `rank`: `shortest` (completion `n_tokens`, then `sample_idx`), `order` (`sample_idx`) or `unlikely` (`rank_logprob`, the sample's initial log-prob the lever ranks by, lowest first, then `sample_idx`)."
     if rank not in RANKS: raise BadInput(f'unknown rank {rank!r}: use one of {RANKS}')
     return sorted(passes, key=_RANK_KEYS[rank])
 
@@ -92,14 +103,18 @@ def measure_passes(prompt:str, ps:list[tuple[dict, dict]], tok) -> tuple[int, di
     return n_prompt, comps, lengths
 
 def add_capped_rows(rows:list[dict], # the round's ordinary SFT rows
-                    extra:list[dict], # rows of another kind (corrections, conjecturer rows)
+                    extra:list[dict], # rows of another kind (corrections, conjecturer rows, conjecture proofs)
                     max_frac:float, # the extra rows at most this fraction of all rows
-                    kind:str, # names the counts: `{kind}_rows`, `{kind}_rows_over_frac`
+                    kind:str, # names the counts (`{kind}_rows`, `{kind}_rows_over_frac`) and seeds the draw
+                    seed:int=0, # the draw over the cap: `random.Random(f'{seed}:{kind}')`
                    ) -> tuple[list[dict], dict]:
-    "The rows with `extra` appended, shortest first, up to `max_frac` of the total, and counts."
+    "The rows with `extra` appended (in their order), up to `max_frac` of the total: a seeded uniform draw when over the cap; and counts."
     if not 0 <= max_frac < 1: raise BadInput(f'max_{kind}_frac must be in [0, 1), got {max_frac}')
     room = math.floor(max_frac * len(rows) / (1 - max_frac) + 1e-9)
-    chosen = sorted(extra, key=lambda r: (r['n_tokens'], r['name'], r['sample_idx']))[:room]
+    keep = set(range(len(extra)))
+    if len(extra) > room:   # uniform, not by length: shortest-first favoured easy seeds, short statements, short answers
+        keep = set(random.Random(f'{seed}:{kind}').sample(sorted(keep, key=lambda i: (extra[i]['name'], extra[i]['sample_idx'], i)), room))
+    chosen = [r for i, r in enumerate(extra) if i in keep]
     return rows + chosen, {f'{kind}_rows': len(chosen), f'{kind}_rows_over_frac': len(extra) - len(chosen)}
 
 def sft_row(name:str, sample:dict, round_idx:int, prompt:str, completion:str, n_prompt:int, n_tokens:int, **extra) -> dict:
@@ -109,29 +124,98 @@ def sft_row(name:str, sample:dict, round_idx:int, prompt:str, completion:str, n_
             'completion_tokens': sample['n_tokens']} | extra
 
 # %% ../nbs/02_sft.ipynb #a13736fd
-def rank_weight(rank:int, # 0 = most likely correct sample of its problem
-                n_correct:int, # G: correct samples of the problem
+RANK_BY = ('mean', 'sum')
+
+def logprob_table(scored) -> dict[tuple[str, int], tuple[float, int]]:
+    "`(name, sample_idx)` -> (summed log-prob, scored tokens) of `score_rows` records or a `read_logprobs` frame."
+    recs = scored.to_dict('records') if hasattr(scored, 'to_dict') else scored
+    return {(r['name'], int(r['sample_idx'])): (float(r['logprob']), int(r['n_tokens'])) for r in recs}
+
+def rank_logprob(lp:tuple[float, int], # (summed log-prob, scored tokens) of one sample
+                 rank_by:str='mean') -> float:
+    "What the lever ranks by: the per-token mean log-prob (the paper's trainer) or the sum (its analysis script)."
+    if rank_by not in RANK_BY: raise BadInput(f'unknown rank_by {rank_by!r}: use one of {RANK_BY}')
+    return lp[0] / max(1, lp[1]) if rank_by == 'mean' else lp[0]
+
+def group_logprobs(name:str, idxs, logprobs:dict) -> dict[int, tuple[float, int]]:
+    "The (summed log-prob, tokens) of every sample `idxs` of problem `name`; a missing or malformed one is refused."
+    missing = [i for i in idxs if (name, i) not in logprobs]
+    if missing: raise BadInput(f'no log-prob for sample {(name, missing[0])} ({len(missing)} of the problem missing): the lever ranks '
+                               'every sample of each problem with a pass (`ei_nb.sharpen.score_groups`)')
+    if bad := [i for i in idxs if not (isinstance(logprobs[name, i], (tuple, list)) and len(logprobs[name, i]) == 2)]:
+        raise BadInput(f'log-prob of {(name, bad[0])} is {logprobs[name, bad[0]]!r}: expected (summed log-prob, tokens), see `logprob_table`')
+    return {i: (float(logprobs[name, i][0]), int(logprobs[name, i][1])) for i in idxs}
+
+def with_logprobs(passes:list[tuple[dict, dict]], group:dict[int, tuple], rank_by:str='mean') -> list[tuple[dict, dict]]:
+    "`passes` with `logprob0` (summed), `logprob0_mean` and `rank_logprob` (what `unlikely` ranks by) on each sample."
+    return [(s | {'logprob0': group[s['sample_idx']][0], 'logprob0_mean': rank_logprob(group[s['sample_idx']], 'mean'),
+                  'rank_logprob': rank_logprob(group[s['sample_idx']], rank_by)}, v) for s, v in passes]
+
+# %% ../nbs/02_sft.ipynb #490b75dc
+def group_ranks(keys:dict[int, float]) -> dict[int, int]:
+    "Ascending rank r of each sample of a problem by its log-prob (0 = least likely), ties by `sample_idx`."
+    return {i: r for r, i in enumerate(sorted(keys, key=lambda i: (keys[i], i)))}
+
+def rank_factor(r:int, # ascending rank in the group (0 = least likely)
+                G:int, # the group: all samples of the problem
                 beta_rank:float=0.25) -> float:
-    "Unlikeliness weight `1 - beta_rank (G - r)/G` of a kept proof."
+    "The trainer's reward of a correct sample: `1 - beta_rank r/G`."
     if not 0 <= beta_rank <= 1: raise BadInput(f'beta_rank must be in [0, 1], got {beta_rank}')
-    if not 0 <= rank < n_correct: raise BadInput(f'rank {rank} is not in 0..{n_correct - 1}')
-    return 1 - beta_rank * (n_correct - rank) / n_correct
+    if not 0 <= r < G: raise BadInput(f'rank {r} is not in 0..{G - 1}')
+    return 1 - beta_rank * r / G
 
-def with_logprobs(passes:list[tuple[dict, dict]], logprobs:dict) -> list[tuple[dict, dict]]:
-    "`passes` with `logprob0` (from `logprobs[(name, sample_idx)]`) on each sample."
-    missing = [(s['name'], s['sample_idx']) for s,_ in passes if (s['name'], s['sample_idx']) not in logprobs]
-    if missing: raise BadInput(f'no log-prob for pass sample {missing[0]} ({len(missing)} missing): score every pass of the round')
-    return [(s | {'logprob0': float(logprobs[s['name'], s['sample_idx']])}, v) for s,v in passes]
+def group_advantages(ranks:dict[int, int], correct:set, beta_rank:float) -> dict[int, float]:
+    "The trainer's advantages: rewards `rank_factor` (correct) or 0, minus the group mean, over the unbiased std + 1e-6 (a group of 1: mean 0, std 1)."
+    G = len(ranks)
+    f = {i: rank_factor(r, G, beta_rank) if i in correct else 0.0 for i, r in ranks.items()}
+    if G == 1: return {i: x / (1 + 1e-6) for i, x in f.items()}
+    mean = sum(f.values()) / G
+    std = math.sqrt(sum((x - mean) ** 2 for x in f.values()) / (G - 1))
+    return {i: (x - mean) / (std + 1e-6) for i, x in f.items()}
 
-def lever_fields(passes:list[tuple[dict, dict]], # one problem's passes, samples carrying `logprob0`
-                 rank:str, beta_rank:float) -> dict[int, dict]:
-    "By `sample_idx`: the row fields of the lever (rule, `beta_rank`, `logprob0`, `logprob_rank` r, `n_correct` G, `weight`)."
-    order = sorted(passes, key=lambda sv: (-sv[0]['logprob0'], sv[0]['sample_idx']))
-    G = len(order)
-    return {s['sample_idx']: {'rank_rule': rank, 'beta_rank': beta_rank, 'logprob0': s['logprob0'], 'logprob_rank': r,
-                              'n_correct': G, 'weight': rank_weight(r, G, beta_rank)} for r,(s,_) in enumerate(order)}
+def kept_weights(adv:dict[int, float], kept:list[int], beta_rank:float) -> dict[int, float]:
+    "Row weights of a problem's kept samples: advantages clipped at 0, the positive ones rescaled to mean 1 (beta_rank 0 or a lone row: 1)."
+    pos = {i: adv[i] for i in kept if adv[i] > 0}
+    if beta_rank == 0 or len(kept) == 1 or not pos: return {i: 1.0 for i in kept}
+    return {i: len(pos) * pos[i] / sum(pos.values()) if i in pos else 0.0 for i in kept}
 
-# %% ../nbs/02_sft.ipynb #a17a9036
+def lever_fields(group:dict[int, tuple], # (summed log-prob, tokens) of every sample of the problem
+                 correct:set, kept:list[int], # the correct samples; the kept ones (they get fields)
+                 rank:str, rank_by:str, beta_rank:float) -> dict[int, dict]:
+    "By kept `sample_idx`: the lever's row fields (rule, log-probs, `logprob_rank`, `group_size`, `n_correct`, `advantage`, `weight`)."
+    ranks = group_ranks({i: rank_logprob(lp, rank_by) for i, lp in group.items()})
+    G, adv = len(ranks), group_advantages(ranks, correct, beta_rank)
+    w = kept_weights(adv, kept, 0.0 if len(correct) == G else beta_rank)   # no contrast: the trainer skips the group (the keep rules drop it)
+    return {i: {'rank_rule': rank, 'rank_by': rank_by, 'beta_rank': beta_rank, 'logprob0': group[i][0],
+                'logprob0_mean': rank_logprob(group[i], 'mean'), 'logprob_rank': G - 1 - ranks[i], 'group_size': G,
+                'n_correct': len(correct), 'advantage': adv[i], 'weight': w[i]} for i in kept}
+
+# %% ../nbs/02_sft.ipynb #793bf916
+def _check_lever(lever:bool, rank:str, rank_by:str, beta_rank:float, logprobs) -> None:
+    if not 0 <= beta_rank <= 1: raise BadInput(f'beta_rank must be in [0, 1], got {beta_rank}')
+    if rank_by not in RANK_BY: raise BadInput(f'unknown rank_by {rank_by!r}: use one of {RANK_BY}')
+    if lever and logprobs is None: raise BadInput(f"rank {rank!r} with beta_rank {beta_rank} needs the log-prob of every sample under the model that sampled (`logprobs`)")
+
+def _problem_rows(p:dict, ps:list, tok, style:str, round_idx:int, solved_all:bool, keep:tuple, group:dict|None, lever:tuple) -> tuple[list, list]:
+    "One problem's rows and candidates: `keep` = (max_per_problem, rank, max_tokens); `group`, `lever` = (rank, rank_by, beta_rank) when the lever is on."
+    if group is not None: ps = with_logprobs(ps, group, lever[1])
+    prompt = render_prompt(p, tok, style)
+    n_prompt, comps, lengths = measure_passes(prompt, ps, tok)
+    labels = [(s['sample_idx'], 'all_solved') for s,_ in ps] if solved_all else select_proofs(ps, lengths, *keep)
+    kept = [i for i, status in labels if status == 'kept']
+    extra = lever_fields(group, {s['sample_idx'] for s,_ in ps}, kept, *lever) if group is not None and kept else {}
+    labels = [(i, 'zero_weight' if status == 'kept' and extra.get(i, {}).get('weight', 1) <= 0 else status) for i, status in labels]
+    by_idx = {s['sample_idx']: s for s, _ in ps}
+    rows = [sft_row(p['name'], by_idx[i], round_idx, prompt, comps[i], n_prompt, lengths[i], **extra.get(i, {})) for i, st in labels if st == 'kept']
+    return rows, [{'name': p['name'], 'sample_idx': i, 'n_tokens': lengths[i], 'status': status} for i, status in labels]
+
+def sample_groups(samples:list[dict]) -> dict[str, list[int]]:
+    "The `sample_idx` of every sample of each problem, in file order."
+    out = defaultdict(list)
+    for s in samples: out[s['name']].append(s['sample_idx'])
+    return dict(out)
+
+# %% ../nbs/02_sft.ipynb #d72b62d6
 def build_sft_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
                    tokenizer, # tokenizer (or its directory) of the model that sampled
                    round_idx:int, # round written into each row
@@ -140,37 +224,31 @@ def build_sft_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
                    max_tokens:int=SFT_MAX_TOKENS, # rows longer than this (prompt + completion) are dropped
                    protected=(), # rows with `name`/`formal_statement` that must never appear
                    style:str='chat', # prompt style used for sampling
-                   logprobs:dict|None=None, # `(name, sample_idx)` -> log-prob of each pass under the model that sampled
-                   beta_rank:float=0.0, # row weights `1 - beta_rank (G - r)/G` (0: off, every row weighs 1)
+                   logprobs:dict|None=None, # `logprob_table` of every sample of each problem with a pass, under the model that sampled
+                   beta_rank:float=0.0, # the trainer's rank penalty, weights normalised per problem (0: off, every row weighs 1)
+                   rank_by:str='mean', # the lever ranks by the per-token `mean` log-prob (the paper's trainer) or the `sum`
                   ) -> tuple[list[dict], dict]:
     "SFT rows by the keep rules, and stats (counts, and every pass with its length and fate in `candidates`)."
     tok, lever = load_tokenizer(tokenizer), rank == 'unlikely' or beta_rank != 0
-    if not 0 <= beta_rank <= 1: raise BadInput(f'beta_rank must be in [0, 1], got {beta_rank}')
-    if lever and logprobs is None: raise BadInput(f"rank {rank!r} with beta_rank {beta_rank} needs the log-prob of every pass under the model that sampled (`logprobs`)")
+    _check_lever(lever, rank, rank_by, beta_rank, logprobs)
     index = protected_index(protected)
     passes, n = problem_passes(problems, samples, verdicts)
+    groups = sample_groups(samples) if lever else {}
     rows, cands, st = [], [], Counter()
     for p in problems:
         if not (ps := passes.get(p['name'])): continue
         if is_protected(p, index): st['dropped_protected'] += 1; continue
-        if lever: ps = with_logprobs(ps, logprobs)
-        prompt = render_prompt(p, tok, style)
-        n_prompt, comps, lengths = measure_passes(prompt, ps, tok)
         solved_all = len(ps) == n[p['name']]
         st['dropped_all_solved'] += solved_all
-        labels = [(s['sample_idx'], 'all_solved') for s,_ in ps] if solved_all else select_proofs(ps, lengths, max_per_problem, rank, max_tokens)
-        by_idx = {s['sample_idx']: s for s, _ in ps}
-        extra = lever_fields(ps, rank, beta_rank) if lever else {}
-        for i,status in labels:
-            cands.append({'name': p['name'], 'sample_idx': i, 'n_tokens': lengths[i], 'status': status})
-            if status != 'kept': continue
-            rows.append(sft_row(p['name'], by_idx[i], round_idx, prompt, comps[i], n_prompt, lengths[i], **extra.get(i, {})))
+        group = group_logprobs(p['name'], groups[p['name']], logprobs) if lever and not solved_all else None
+        got, cs = _problem_rows(p, ps, tok, style, round_idx, solved_all, (max_per_problem, rank, max_tokens), group, (rank, rank_by, beta_rank))
+        rows += got; cands += cs
     status = Counter(c['status'] for c in cands)
     stats = {'rows': len(rows), 'problems': len({r['name'] for r in rows}), 'dropped_too_long': status['too_long'],
              'dropped_all_solved': st['dropped_all_solved'], 'dropped_duplicates': status['duplicate'],
              'dropped_over_cap': status['over_cap'], 'dropped_protected': st['dropped_protected'],
-             'pass_samples': sum(status.values()), 'candidates': cands}
-    return rows, stats
+             'pass_samples': sum(status.values())} | ({'dropped_zero_weight': status['zero_weight']} if lever else {})
+    return rows, stats | {'candidates': cands}
 
 # %% ../nbs/02_sft.ipynb #76e142e9
 def demo_sft_inputs(out_dir, # folder for problems.jsonl, samples.jsonl, verdicts.jsonl
@@ -217,16 +295,15 @@ def sft_data_cli(argv:list[str]) -> dict:
     p.add_argument('--max-tokens', type=positive_int, default=SFT_MAX_TOKENS); p.add_argument('--min-rows', type=nonneg_int, default=50)
     p.add_argument('--round', type=nonneg_int, default=0); p.add_argument('--style', default='chat')
     p.add_argument('--protected', action='append', default=[], help='protected problems file (repeatable)')
-    p.add_argument('--logprobs', help='log-probs of the passes under the model that sampled (`ei logprobs`): needed by --rank unlikely and --beta-rank')
-    p.add_argument('--beta-rank', type=float, default=0.0, help='unlikeliness row weights 1 - beta_rank (G - r)/G (0: off)')
+    p.add_argument('--logprobs', help='log-probs of every sample of each problem with a pass under the model that sampled (`ei logprobs --groups`): needed by --rank unlikely and --beta-rank')
+    p.add_argument('--beta-rank', type=float, default=0.0, help="the paper's trainer's rank penalty 1 - beta_rank r/G, weights normalised per problem (0: off)")
+    p.add_argument('--rank-by', choices=RANK_BY, default='mean', help='the lever ranks by the per-token mean log-prob (the paper) or the sum')
     a = p.parse_args(argv)
     check_output(a.out, [a.problems, a.verdicts, a.samples, *a.protected] + ([a.logprobs] if a.logprobs else []))
-    logprobs = None
-    if a.logprobs:
-        logprobs = {(n, int(i)): float(v) for n, i, v in read_logprobs(a.logprobs)[['name', 'sample_idx', 'logprob']].itertuples(index=False)}
+    logprobs = logprob_table(read_logprobs(a.logprobs)) if a.logprobs else None
     rows, st = build_sft_rows(read_problems(a.problems), read_samples(a.samples), read_verdicts(a.verdicts),
                               a.tokenizer, a.round, a.max_per_problem, a.rank, a.max_tokens,
-                              read_protected(a.protected), a.style, logprobs, a.beta_rank)
+                              read_protected(a.protected), a.style, logprobs, a.beta_rank, a.rank_by)
     res = {k: st[k] for k in ('rows', 'problems', 'dropped_too_long', 'dropped_all_solved', 'dropped_duplicates')}
     if len(rows) < a.min_rows: raise DataStop(f'{len(rows)} SFT rows < min_rows {a.min_rows}: {json.dumps(res)}')
     write_records(a.out, rows)
@@ -238,12 +315,10 @@ def check_rows_not_protected(rows:list[dict], # the SFT rows
                              problems:list[dict], # the round's problems (for each row's statement)
                              protected:list[dict], # rows with `name` and optional `formal_statement`
                             ) -> None:
-    "Raise `StageFailed` if any SFT row is a protected problem, by name or by statement key."
-    from ei_nb.core import StageFailed, statement_key
-    names = {q['name'] for q in protected}
-    keys = {statement_key(q['formal_statement']) for q in protected if q.get('formal_statement')}
-    stmts = {q['name']: statement_key(q['formal_statement']) for q in problems}
+    "Raise `StageFailed` if any SFT row is a protected problem, by name, by statement key or as a structural near-duplicate."
+    from ei_nb.core import StageFailed
+    index, stmts = protected_index(protected), {q['name']: q['formal_statement'] for q in problems}
     for i, row in enumerate(rows):
         own = row.get('formal_statement')   # a conjecturer row carries the statement it teaches
-        if row['name'] in names or stmts.get(row['name']) in keys or (own and statement_key(own) in keys):
+        if any(is_protected({'name': row['name'], 'formal_statement': st}, index) for st in (stmts.get(row['name']) or '', own or '')):
             raise StageFailed(f"SFT row {i} is protected problem {row['name']!r}: refusing to train")

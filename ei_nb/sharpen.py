@@ -16,10 +16,10 @@ from .rows import (collate, completion_text, join_passes, load_tokenizer, micro_
 from .train import token_logprobs
 
 # %% auto #0
-__all__ = ['example_logprobs', 'correct_rows', 'subsample_problems', 'load_scorer', 'score_rows', 'score_passes',
-           'rank_by_logprob', 'uplift_table', 'uplift_summary', 'kept_change', 'doubling', 'pass_at_n_curve',
-           'distinct_correct', 'plot_uplift', 'plot_pass_curves', 'save_uplift_png', 'sharpening_rows',
-           'sharpening_table', 'plot_sharpening', 'logprobs_cli', 'uplift_report', 'uplift_cli']
+__all__ = ['example_logprobs', 'group_rows', 'correct_rows', 'subsample_problems', 'load_scorer', 'score_rows', 'score_passes',
+           'score_groups', 'rank_by_logprob', 'uplift_table', 'uplift_summary', 'kept_change', 'doubling',
+           'pass_at_n_curve', 'distinct_correct', 'plot_uplift', 'plot_pass_curves', 'save_uplift_png',
+           'sharpening_rows', 'sharpening_table', 'plot_sharpening', 'logprobs_cli', 'uplift_report', 'uplift_cli']
 
 # %% ../nbs/07_sharpen.ipynb #0578c8c9
 def example_logprobs(model, examples:list[dict], # `ids` and `n_prompt` of each row, as `tokenize_rows` makes them
@@ -38,21 +38,26 @@ def example_logprobs(model, examples:list[dict], # `ids` and `n_prompt` of each 
     return out
 
 # %% ../nbs/07_sharpen.ipynb #a6c5fb49
-def correct_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
-                 tokenizer, # tokenizer of the model that sampled (its chat template renders the prompt)
-                 style:str='chat' # prompt style used for sampling
-                ) -> list[dict]:
-    "One row per `pass` sample: `name`, `sample_idx`, `prompt`, `completion`, `eos`, the normalised `proof`, and `n_samples` of its problem."
+def group_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
+               tokenizer, # tokenizer of the model that sampled (its chat template renders the prompt)
+               style:str='chat' # prompt style used for sampling
+              ) -> list[dict]:
+    "One row per sample of each problem with a `pass`: `name`, `sample_idx`, `prompt`, `completion`, `eos`, `correct`, `n_samples`, and the normalised `proof` of a pass."
     passes, n = problem_passes(problems, samples, verdicts)
-    eos, rows = tokenizer.eos_token, []
+    by_name, eos, rows = defaultdict(list), tokenizer.eos_token, []
+    for s in samples: by_name[s['name']].append(s)
     for p in problems:
         if not (ps := passes.get(p['name'])): continue
-        prompt = render_prompt(p, tokenizer, style)
-        for s, v in ps:
-            rows.append({'name': p['name'], 'sample_idx': s['sample_idx'], 'prompt': prompt,
-                         'completion': completion_text(s, eos), 'eos': not s['capped'],
-                         'proof': proof_text(s, v), 'n_samples': n[p['name']]})
+        prompt, ok = render_prompt(p, tokenizer, style), {s['sample_idx']: v for s, v in ps}
+        for s in by_name[p['name']]:
+            rows.append({'name': p['name'], 'sample_idx': s['sample_idx'], 'prompt': prompt, 'completion': completion_text(s, eos),
+                         'eos': not s['capped'], 'correct': s['sample_idx'] in ok, 'n_samples': n[p['name']]}
+                        | ({'proof': proof_text(s, ok[s['sample_idx']])} if s['sample_idx'] in ok else {}))
     return rows
+
+def correct_rows(problems:list[dict], samples:list[dict], verdicts:list[dict], tokenizer, style:str='chat') -> list[dict]:
+    "The `pass` rows of `group_rows`."
+    return [r for r in group_rows(problems, samples, verdicts, tokenizer, style) if r['correct']]
 
 # %% ../nbs/07_sharpen.ipynb #27a7ae0d
 def subsample_problems(rows:list[dict], max_samples:int|None=None, # at most this many rows (None: all)
@@ -82,12 +87,12 @@ def load_scorer(model_dir, device=None, # default: cuda when available
 def score_rows(model, tokenizer, rows:list[dict], pack_tokens:int=0, chunk:int=4096,
                per_token:bool=False # also return each row's per-token log-probs (`token_logprobs`)
               ) -> list[dict]:
-    "`name`, `sample_idx`, `logprob` (summed over the completion tokens) and `n_tokens` of each row under `model`."
+    "`name`, `sample_idx`, `logprob` (summed over the completion tokens), `n_tokens` (and the row's `correct`) of each row under `model`."
     examples, empty = tokenize_rows(rows, tokenizer, max_tokens=math.inf)
     if empty: raise BadInput(f'{empty} row(s) have no completion token to score')
     lps = example_logprobs(model, examples, pack_tokens, chunk)
-    return [{'name': r['name'], 'sample_idx': r['sample_idx'], 'logprob': float(lp.sum(dtype=np.float64)),
-             'n_tokens': len(lp)} | ({'token_logprobs': lp} if per_token else {}) for r, lp in zip(rows, lps)]
+    return [{'name': r['name'], 'sample_idx': r['sample_idx'], 'logprob': float(lp.sum(dtype=np.float64)), 'n_tokens': len(lp)}
+            | ({'correct': r['correct']} if 'correct' in r else {}) | ({'token_logprobs': lp} if per_token else {}) for r, lp in zip(rows, lps)]
 
 # %% ../nbs/07_sharpen.ipynb #ac869e68
 def score_passes(model_dir, problems:list[dict], samples:list[dict], verdicts:list[dict],
@@ -95,36 +100,52 @@ def score_passes(model_dir, problems:list[dict], samples:list[dict], verdicts:li
                  max_samples:int|None=None, seed:int=0, # cap: whole problems of a seeded shuffle (`subsample_problems`)
                  only=None, # score only these `(name, sample_idx)` pairs (None: every pass)
                  pack_tokens:int=0, device=None) -> list[dict]:
-    "`score_rows` of the pass samples of a round under the model in `model_dir` (`name`, `sample_idx`, `logprob`, `n_tokens`)."
+    "`score_rows` of the pass samples of a round under the model in `model_dir` (`name`, `sample_idx`, `logprob`, `n_tokens`, `correct`)."
+    return _score(correct_rows, model_dir, problems, samples, verdicts, style, max_samples, seed, only, pack_tokens, device)
+
+def score_groups(model_dir, problems:list[dict], samples:list[dict], verdicts:list[dict], style:str='chat',
+                 max_samples:int|None=None, seed:int=0, only=None, pack_tokens:int=0, device=None) -> list[dict]:
+    "`score_passes` of every sample of each problem with a pass (`group_rows`): the groups the lever and the diagnostic rank."
+    return _score(group_rows, model_dir, problems, samples, verdicts, style, max_samples, seed, only, pack_tokens, device)
+
+def _score(make_rows, model_dir, problems, samples, verdicts, style, max_samples, seed, only, pack_tokens, device) -> list[dict]:
     tok = load_tokenizer(model_dir)
-    rows = correct_rows(problems, samples, verdicts, tok, style)
+    rows = make_rows(problems, samples, verdicts, tok, style)
     if only is not None: rows = [r for r in rows if (r['name'], r['sample_idx']) in set(only)]
     rows = subsample_problems(rows, max_samples, seed)
     return score_rows(load_scorer(model_dir, device), tok, rows, pack_tokens) if rows else []
 
 # %% ../nbs/07_sharpen.ipynb #e3571b84
-def rank_by_logprob(scored, # DataFrame (or records) with `name`, `sample_idx` and the column `col`
+def rank_by_logprob(scored, # DataFrame (or records) with `name`, `sample_idx`, the column `col`, and optionally `correct`
                     col:str='logprob0') -> 'pd.DataFrame':
-    "`scored` with `rank` (0 = most likely correct sample of its problem under `col`, ties by `sample_idx`) and `n_correct` (G)."
+    "`scored` with `rank` (0 = most likely sample of its problem under `col`, ties by `sample_idx`), `group_size` (G) and `n_correct`."
     import pandas as pd
-    df = pd.DataFrame(scored).sort_values(['name', col, 'sample_idx'], ascending=[True, False, True])
+    df = pd.DataFrame(scored)
+    if 'correct' not in df: df = df.assign(correct=True)
+    df = df.sort_values(['name', col, 'sample_idx'], ascending=[True, False, True])
     df['rank'] = df.groupby('name').cumcount()
-    df['n_correct'] = df.groupby('name')['name'].transform('size')
+    df['group_size'] = df.groupby('name')['name'].transform('size')
+    df['n_correct'] = df.groupby('name')['correct'].transform('sum').astype(int)
     return df.sort_values(['name', 'sample_idx']).reset_index(drop=True)
+
+def _correct(ranked) -> 'pd.DataFrame':
+    return ranked[ranked['correct'].astype(bool)] if 'correct' in ranked else ranked
 
 # %% ../nbs/07_sharpen.ipynb #7d29ca6c
 def uplift_table(ranked) -> 'pd.DataFrame':
     "Per rank j: `count` correct samples, `uplifted` (logprob1 > logprob0), `rate`, and `mean_change` of the log-prob."
+    ranked = _correct(ranked)
     df = ranked.assign(up=ranked['logprob1'] > ranked['logprob0'], change=ranked['logprob1'] - ranked['logprob0'])
     t = df.groupby('rank').agg(count=('up', 'size'), uplifted=('up', 'sum'), mean_change=('change', 'mean'))
     return t.assign(uplifted=t['uplifted'].astype(int), rate=t['uplifted'] / t['count'])
 
 # %% ../nbs/07_sharpen.ipynb #5741b3a2
 def uplift_summary(ranked) -> dict:
-    "Overall uplift rate, the rates of the likely (r < G/2) and unlikely halves of problems with G >= 2, and their difference `sharpening`."
+    "Over correct samples: the uplift rate, the rates of the likely (r < G/2) and unlikely halves of problems with 2+ correct samples, and their difference `sharpening`."
+    ranked = _correct(ranked)
     up = ranked['logprob1'] > ranked['logprob0']
     contrast = ranked['n_correct'] >= 2
-    likely = contrast & (ranked['rank'] < ranked['n_correct'] / 2)
+    likely = contrast & (ranked['rank'] < ranked['group_size'] / 2)
     unlikely = contrast & ~likely
     rate = lambda m: float(up[m].mean()) if m.any() else float('nan')
     return {'samples': int(len(ranked)), 'problems': int(ranked['name'].nunique()), 'uplift_rate': float(up.mean()) if len(up) else float('nan'),
@@ -135,7 +156,7 @@ def uplift_summary(ranked) -> dict:
 # %% ../nbs/07_sharpen.ipynb #e75a65bd
 def kept_change(ranked, kept) -> dict:
     "Count and mean log-prob change of the correct samples that were kept (`kept`: `(name, sample_idx)` pairs, e.g. from the SFT rows) and of the others."
-    kept = {(n, i) for n, i in kept}
+    kept, ranked = {(n, i) for n, i in kept}, _correct(ranked)
     is_kept = np.array([(n, i) in kept for n, i in zip(ranked['name'], ranked['sample_idx'])], dtype=bool)
     change = (ranked['logprob1'] - ranked['logprob0']).to_numpy()
     part = lambda m: {'count': int(m.sum()), 'mean_change': float(change[m].mean()) if m.any() else float('nan')}
@@ -171,7 +192,7 @@ def plot_uplift(ax, table, # `uplift_table` of a round
     ax.set_zorder(counts.get_zorder() + 1); ax.patch.set_visible(False)
     ax.plot(table.index, table['rate'], 'o-', color='tab:blue', label=label)
     ax.axhline(0.5, color='k', lw=0.5, ls=':')
-    ax.set(xlabel='rank by initial log-prob (0 = most likely)', ylabel='uplift rate', ylim=(-0.02, 1.02),
+    ax.set(xlabel='rank among all samples by initial log-prob (0 = most likely)', ylabel='uplift rate', ylim=(-0.02, 1.02),
            title='uplift rate by rank (falling = sharpening)')
     ax.set_xticks(list(table.index))
     return ax
@@ -248,20 +269,22 @@ def plot_sharpening(rows:list[dict]):
 
 # %% ../nbs/07_sharpen.ipynb #e0ea376d
 def logprobs_cli(argv:list[str]) -> dict:
-    "`ei logprobs --model DIR --problems F --samples F --verdicts F --out F [--only F | --max-samples N --seed S]`"
+    "`ei logprobs --model DIR --problems F --samples F --verdicts F --out F [--groups] [--only F | --max-samples N --seed S]`"
     from ei_nb.cli import parser, say
     from ei_nb.core import read_problems, read_samples, read_verdicts, write_records
     p = parser('logprobs', 'teacher-forced log-probs of the correct samples under a model (07_sharpen)')
     for f in ('--model', '--problems', '--samples', '--verdicts', '--out'): p.add_argument(f, required=True)
-    p.add_argument('--only', help='score only the samples of this log-prob file (the output model after the input model)')
+    p.add_argument('--groups', action='store_true', help='score every sample of each problem with a pass (the lever, the group ranking), not only the passes')
+    p.add_argument('--only', help='score only the correct samples of this log-prob file (the output model after the input model)')
     p.add_argument('--max-samples', type=int, default=None, help='cap: whole problems of a seeded shuffle (after --only)')
     p.add_argument('--seed', type=int, default=0); p.add_argument('--style', default='chat')
     p.add_argument('--pack-tokens', type=int, default=0); p.add_argument('--device', default=None)
     a = p.parse_args(argv)
     tok = load_tokenizer(a.model)
-    rows = correct_rows(read_problems(a.problems), read_samples(a.samples), read_verdicts(a.verdicts), tok, a.style)
+    rows = (group_rows if a.groups else correct_rows)(read_problems(a.problems), read_samples(a.samples), read_verdicts(a.verdicts), tok, a.style)
     if a.only:
-        keys = set(read_logprobs(a.only)[['name', 'sample_idx']].itertuples(index=False, name=None))
+        first = read_logprobs(a.only)
+        keys = set(first[first['correct']][['name', 'sample_idx']].itertuples(index=False, name=None))
         rows = [r for r in rows if (r['name'], r['sample_idx']) in keys]
         if len(rows) != len(keys): raise BadInput(f'{a.only}: {len(keys) - len(rows)} of its samples are not pass samples of {a.verdicts}')
     rows = subsample_problems(rows, a.max_samples, a.seed)
@@ -270,20 +293,23 @@ def logprobs_cli(argv:list[str]) -> dict:
     write_records(a.out, scored)
     res = {'samples': len(scored), 'problems': len({r['name'] for r in rows}), 'tokens': sum(s['n_tokens'] for s in scored),
            'seconds': time.time() - t0, 'out': str(a.out)}
-    say(f"logprobs: {res['samples']} correct samples of {res['problems']} problems under {a.model} -> {a.out}")
+    say(f"logprobs: {res['samples']} samples of {res['problems']} problems under {a.model} -> {a.out}")
     return res
 
 # %% ../nbs/07_sharpen.ipynb #4e781260
-def uplift_report(before, after, # `read_logprobs` frames of the input and output model, same samples
+def uplift_report(before, # `read_logprobs` frame of the input model: every sample of each problem (or only its passes)
+                  after, # of the output model: the correct samples of `before`, whole problems
                   kept=()) -> tuple['pd.DataFrame', dict]:
-    "The ranked samples (`logprob0`, `logprob1`, `rank`, `n_correct`) and a JSON-ready report: summary, kept_change, table."
-    b = before[['name', 'sample_idx', 'logprob', 'n_tokens']].rename(columns={'logprob': 'logprob0'})
+    "The ranked samples (`logprob0`, `logprob1`, `correct`, `rank`, `group_size`, `n_correct`) and a JSON-ready report: summary, kept_change, table."
+    b = before.assign(correct=before['correct'] if 'correct' in before else True)[['name', 'sample_idx', 'logprob', 'n_tokens', 'correct']]
+    b = b.rename(columns={'logprob': 'logprob0'})
     a = after[['name', 'sample_idx', 'logprob']].rename(columns={'logprob': 'logprob1'})
     b = b[b['name'].isin(set(a['name']))]   # a capped second pass covers whole problems of the first
-    if len(b) != len(a) or len(m := b.merge(a, on=['name', 'sample_idx'])) != len(b):
-        raise BadInput(f'the two log-prob files cover different samples of the same problems ({len(b)} and {len(a)}): '
+    c = b[b['correct'].astype(bool)]
+    if len(c) != len(a) or len(c.merge(a, on=['name', 'sample_idx'])) != len(c):
+        raise BadInput(f'the two log-prob files cover different correct samples of the same problems ({len(c)} and {len(a)}): '
                        'score the second with --only the first')
-    ranked = rank_by_logprob(m)
+    ranked = rank_by_logprob(b).merge(a, on=['name', 'sample_idx'], how='left')   # logprob1: NaN for a failure
     table = uplift_table(ranked)
     return ranked, {'summary': uplift_summary(ranked), 'kept_change': kept_change(ranked, kept),
                     'table': table.reset_index().to_dict(orient='records')}

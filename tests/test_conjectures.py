@@ -139,7 +139,7 @@ def conjecture(tiny, d:Path, out:Path, sampler=Scripted, backend='tests.test_con
     SAMPLERS['scripted'] = sampler
     pool_files(d)
     return run_conjecture(d/'pool.jsonl', d/'verdicts.jsonl', tiny, out, kw.pop('round_idx', 1), kw.pop('extra', ()),
-                          n_prompts=kw.pop('n_prompts', 1), conj_per_prompt=kw.pop('conj_per_prompt', 9), n=4, max_new_tokens=12,
+                          n_prompts=kw.pop('n_prompts', 1), conj_per_prompt=kw.pop('conj_per_prompt', 9), n=kw.pop('n', 8), max_new_tokens=12,
                           conj_max_new_tokens=24, prompt_style='completion', sampler='scripted',
                           verifier=verifier_of(backend, workers=2, timeout=5), protected=read_protected(d/'protected.jsonl'),
                           log=lambda *a: None, progress=False, **kw)
@@ -152,8 +152,9 @@ def test_only_new_faithful_provable_conjectures_enter_the_pool(tiny, tmp_path):
     assert cands[3]['reason'].startswith('sorry:')
     assert (res['generated'], res['parsed'], res['elaborated'], res['to_prove']) == (9, 8, 4, 3)
     kept = read_problems(tmp_path/'r1'/'conjectures.jsonl')
-    # pass rate 1/4 with sq_nonneg used: all three proved; the elegance quantile (one lemma, 3 conjectures) drops none below the 20% point
-    assert res['proved'] == 3 and res['kept'] == len(kept) == 3
+    # pass rate 1/8 (< 1/4) with sq_nonneg used: all three proved; the elegance quantile (one lemma, 3 conjectures) drops none below the 20% point
+    assert res['proved'] == 3 and res['kept'] == len(kept) == 3 and res['keep_rule'] == '0 < p < conj_hi' and res['n'] == 8
+    assert res['proof_rows'] == 3                                   # STP's direct route: each conjecture's one distinct proof
     pool = read_problems(tmp_path/'pool.jsonl')
     banned = {statement_key(pool[0]['formal_statement']), statement_key(PROTECTED['formal_statement'])}
     for k in kept:
@@ -173,8 +174,15 @@ def test_records_round_trip_and_rows_are_sft_rows(tiny, tmp_path):
     write_records(tmp_path/'again.jsonl', kept, 'problem')
     assert read_problems(tmp_path/'again.jsonl') == kept                                    # problem records, extra fields kept
     prompts = {p['name']: p for p in read_problems(out/'conjecture_prompts.jsonl')}
-    rows = read_sft_rows(out/'conjecture_rows.jsonl')
+    both_kinds = read_sft_rows(out/'conjecture_rows.jsonl')
+    rows = [r for r in both_kinds if r['kind'] == 'conjecture']
     assert len(rows) == len(kept) and {r['name'] for r in rows} == {k['name'] for k in kept}
+    proofs = [r for r in both_kinds if r['kind'] == 'conjecture_proof']
+    from ei_nb.prompts import render_prompt
+    from ei_nb.rows import load_tokenizer
+    for r in proofs:   # the prover's rows: the ordinary prover prompt of the conjecture problem, its verified proof
+        k = next(k for k in kept if k['name'] == r['name'])
+        assert r['prompt'] == render_prompt(k, load_tokenizer(tiny), 'completion') and 'sq_nonneg' in r['completion']
     for r in rows:
         assert r['kind'] == 'conjecture' and r['prompt'] == prompts[r['conjecture']['prompt']]['turn_prompt']
         assert r['prompt'].endswith('<hard theorem>\ntheorem') and r['completion'].endswith('\n' + HARD_END) and r['eos']
@@ -183,7 +191,9 @@ def test_records_round_trip_and_rows_are_sft_rows(tiny, tmp_path):
         kept_stmt = next(k for k in kept if k['name'] == r['name'])['formal_statement']
         assert statement_key('theorem' + r['completion'].removesuffix('\n' + HARD_END)) == statement_key(kept_stmt)
     both, counts = add_conjecture_rows([{'name': 'r', 'n_tokens': 1}] * 27, rows, 0.1)
-    assert counts == {'conjecture_rows': 3, 'conjecture_rows_over_frac': 0} and len(both) == 30
+    assert counts == {'conjecture_rows': 3, 'conjecture_rows_over_frac': 0, 'conjecture_proof_rows': 0, 'conjecture_proof_rows_over_frac': 0} and len(both) == 30
+    both, counts = add_conjecture_rows([{'name': 'r', 'n_tokens': 1}] * 27, both_kinds, 0.1)
+    assert (counts['conjecture_proof_rows'], counts['conjecture_rows']) == (3, 3) and len(both) == 33
 
 
 def test_a_later_round_never_conjectures_an_earlier_conjecture_again(tiny, tmp_path):
@@ -239,11 +249,11 @@ def test_sigkill_while_proving_then_rerun_gives_identical_files(tiny, tmp_path):
              f"Path({str(tmp_path/'b'/'out')!r}), sampler=T.SlowScripted, **{kw!r})")
     proc = subprocess.Popen([sys.executable, '-c', child], stderr=subprocess.PIPE, text=True)
     got, t0 = tmp_path/'b'/'out'/'conjecture_samples.jsonl', time.time()
-    while not (got.exists() and got.read_text().count('\n') >= 4):           # one conjecture's 4 proofs written
+    while not (got.exists() and got.read_text().count('\n') >= 8):           # one conjecture's 8 proofs written
         assert proc.poll() is None, proc.stderr.read()[-2000:]
         assert time.time() - t0 < 120; time.sleep(0.05)
     proc.send_signal(signal.SIGKILL); proc.wait()
-    assert not (tmp_path/'b'/'out'/'conjectures.jsonl').exists() and got.read_text().count('\n') < 12     # killed inside the stage
+    assert not (tmp_path/'b'/'out'/'conjectures.jsonl').exists() and got.read_text().count('\n') < 24     # killed inside the stage
     b = conjecture(tiny, tmp_path/'b', tmp_path/'b'/'out', **kw)
     files = ('conjecture_prompts.jsonl', 'conjecture_generations.jsonl', 'conjecture_candidates.jsonl', 'conjecture_problems.jsonl',
              'conjecture_samples.jsonl', 'conjecture_verdicts.jsonl', 'conjectures.jsonl', 'conjecture_rows.jsonl')
@@ -322,3 +332,91 @@ def test_the_dry_run_counts_the_stage(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     lines = [l.split() for l in (p.stdout + p.stderr).splitlines() if l.split()[2:3] == ['00b_conjecture']]
     assert [l[1] for l in lines] == ['1', '2'] and all('ETA' in l and l[l.index('ETA') + 1] != '0:00:00' for l in lines), lines
+
+
+# ---------------------------------------------------------------- issue 30: STP's rules
+def _proving(rates:dict, n:int=8, proofs=None, lemma:str='sq_nonneg'):
+    "Conjecture problems and proving records with the given passes out of n (distinct proofs unless `proofs` says otherwise)."
+    p = MINIF2F['mathd_algebra_182']
+    cps, smp, ver = [], [], []
+    for name, c in rates.items():
+        stmt = f'theorem {name} (a b : ℝ) : 0 ≤ (a - b) ^ 2 + a ^ 2 := by'
+        cps.append({'name': name, 'split': 'conjecture', 'header': p['header'], 'formal_statement': stmt, 'source': 'conjecture',
+                    'lemma': lemma, 'seed': 's', 'round': 1})
+        for k in range(n):
+            body = (proofs or {}).get(name, {}).get(k, f'  nlinarith [sq_nonneg (a - b), sq_nonneg a]  -- {k}')
+            smp.append({'name': name, 'sample_idx': k, 'round': 1, 'completion': f'```lean4\n{stmt}\n{body}\n```', 'n_tokens': 9, 'capped': False})
+            ver.append({'name': name, 'sample_idx': k, 'verdict': 'pass' if k < c else 'fail', 'reason': None if k < c else 'lean error: x',
+                        'proof': p['header'] + stmt + '\n' + body})
+    return cps, smp, ver
+
+
+def test_the_keep_rule_is_strict_and_states_its_n():
+    "Issue 30, point 6: STP keeps `get_succ_rate(...) < CONJECTURE_THRESHOLD` (RL_utils.py @ 2b5fe8b): 1/8 kept, 2/8 and 1/4 (n = 4) easy."
+    from ei_nb.conjecture import select_conjectures
+    cps, smp, ver = _proving({'one': 1, 'two': 2})
+    assert select_conjectures(cps, smp, ver, 0.25)[1] == {'one': 'kept', 'two': 'easy'}
+    cps, smp, ver = _proving({'quarter': 1}, n=4)
+    assert select_conjectures(cps, smp, ver, 0.25)[1] == {'quarter': 'easy'}
+
+
+def test_conjecture_proofs_become_prover_rows_as_stp(tiny):
+    """Issue 30, point 5: STP trains the prover on the verified proofs of every statement proved at most half the time
+    (RL/RL_step2_train.py @ 2b5fe8b, l. 145). A 4/8 with two identical proofs: its distinct proofs; B 5/8, C 0/8: none;
+    D 1/8 with the lemma unused (not kept for the conjecturer): a row; a protected paraphrase: none."""
+    from ei_nb.conjecture import conjecture_proof_rows, select_conjectures
+    from ei_nb.prompts import render_prompt
+    same = {0: '  nlinarith [sq_nonneg (a - b), sq_nonneg a]', 1: '  nlinarith  [sq_nonneg (a - b),  sq_nonneg a]'}
+    cps, smp, ver = _proving({'A': 4, 'B': 5, 'C': 0, 'D': 1}, proofs={'A': same, 'D': {0: '  positivity'}})
+    status = select_conjectures(cps, smp, ver, 0.25)[1]
+    assert status == {'A': 'easy', 'B': 'easy', 'C': 'unproved', 'D': 'lemma_unused'}     # none kept for the pool
+    rows = conjecture_proof_rows(cps, smp, ver, tiny, 1, max_per_problem=4, style='completion')
+    assert sorted((r['name'], r['sample_idx']) for r in rows) == [('A', 0), ('A', 2), ('A', 3), ('D', 0)]   # A's 1 repeats A's 0
+    by = {cp['name']: cp for cp in cps}
+    assert all(r['kind'] == 'conjecture_proof' and r['prompt'] == render_prompt(by[r['name']], None, 'completion')
+               and r['formal_statement'] == by[r['name']]['formal_statement'] for r in rows)
+    para = 'theorem P (y x : ℝ) : 0 ≤ y ^ 2 + (y - x) ^ 2 := by'   # D's theorem, renamed and commuted, protected
+    assert not [r for r in conjecture_proof_rows(cps, smp, ver, tiny, 1, protected=[{'name': 'z', 'formal_statement': para}], style='completion')
+                if r['name'] in ('A', 'B', 'C', 'D')]
+
+
+def test_this_rounds_conjectures_are_held_back_from_this_rounds_selection(tmp_path):
+    "Their proofs are rows already (STP's direct route); 00_select holds this round's `conjectures.jsonl` back, later rounds may select it."
+    from ei_nb.select import run_select
+    cps, smp, ver = _proving({'A': 1, 'B': 1})
+    write_records(tmp_path/'pool.jsonl', [dict(MINIF2F['mathd_algebra_182'], name='pool_a')], 'problem')
+    write_records(tmp_path/'conjectures.jsonl', cps[:1], 'problem')
+    write_records(tmp_path/'later.jsonl', cps[1:], 'problem')
+    write_records(tmp_path/'v.jsonl', ver + [{'name': 'pool_a', 'sample_idx': k, 'verdict': 'pass' if k < 2 else 'fail'} for k in range(8)])
+    summary, table = run_select(tmp_path/'pool.jsonl', tmp_path/'v.jsonl', tmp_path/'sel.jsonl', (), extra_pool_paths=[tmp_path/'conjectures.jsonl', tmp_path/'later.jsonl'],
+                                held_back_paths=[tmp_path/'conjectures.jsonl'])
+    assert sorted(p['name'] for p in read_problems(tmp_path/'sel.jsonl')) == ['B', 'pool_a'] and summary['held_back'] == 1
+
+
+def test_structural_key_catches_generated_paraphrases_of_minif2f():
+    """Issue 30, point 8, measured (`tests/paraphrase.py`): every generated paraphrase (renamed, reordered, commuted, all three) of every
+    parseable miniF2F statement has the statement's structural key, where the exact key catches almost none; no statement with one numeral
+    changed, and no pair of distinct miniF2F statements, shares a key."""
+    from tests.paraphrase import measure
+    stmts = [r['formal_statement'] for r in MINIF2F.values()]
+    m = measure(stmts, reps=1, seed=3)
+    assert m['statements'] == 488 and m['parsed'] >= 484
+    for kind in ('rename, original layout', 'rename', 'reorder', 'commute', 'all three'):
+        assert m[kind]['n'] >= 480 and m[kind]['structural'] == m[kind]['n'], (kind, m[kind])
+    assert m['all three']['exact'] == 0 and m['rename, original layout']['exact'] < 30
+    assert m['perturbed']['n'] >= 480 and m['perturbed']['false_matches'] == 0 and m['collisions'] == 0
+
+
+def test_a_paraphrased_test_problem_is_a_protected_conjecture():
+    "A conjecture that is a miniF2F-test statement renamed, reordered and commuted: `protected` (structural), where the exact key let it in."
+    import random
+    from ei_nb.conjecture import check_candidates
+    from tests.paraphrase import paraphrase
+    test = [r for r in MINIF2F.values() if r['split'] == 'test']
+    t = next(r for r in test if r['name'] == 'mathd_algebra_478')
+    para = paraphrase(t['formal_statement'], random.Random(0))
+    pp = {'name': 'cp', 'seed': 's', 'lemma': 'l', 'header': t['header'], 'formal_statement': 'theorem s : True := by'}
+    gen = [{'name': 'cp', 'sample_idx': 0, 'completion': ' ' + para.split(None, 1)[1].removesuffix(':= by') + '\n' + HARD_END, 'capped': False}]
+    assert check_candidates(gen, {'cp': pp}, set(), protected=[])[0]['status'] == 'accepted'
+    c = check_candidates(gen, {'cp': pp}, set(), protected=test)[0]
+    assert (c['status'], c['reason']) == ('protected', 'structural')

@@ -89,6 +89,49 @@ def test_correction_turn_on_a_real_statement():
     assert CORRECTION_PROMPT.format(attempt=0, feedback='F') in last.replace(error_feedback(code, msgs), 'F')
 
 
+# -- Goedel-Prover-V2's feedback, byte for byte. The expected strings are derived by hand from the behaviour of
+# `get_error_str` (Goedel-LM/Goedel-Prover-V2 @ 2e9036e, src/utils.py; the repository has no licence, so it is not
+# copied): per error "\nError i:\n", "\nCorresponding Code:\n```lean4\n", four lines before the span, the span
+# marked (a long one: five lines, a blank line, the marker indented as the fifth), one line after, "\n```\n",
+# "\nError Message: ...\n"; then "\n... [Omitted k more errors] ...\n".
+GCODE = '\n'.join(['theorem t : True := by', '  have h1 : 1 = 1 := by', '    rfl', '  have h2 : 2 = 2 := by', '    rfl', '  exact foo',
+                   '  simp', '  norm_num', '  omega', '  trivial'])
+E = lambda l, c, el, ec, text='boom': {'severity': 'error', 'line': l, 'column': c, 'end_line': el, 'end_column': ec, 'text': text}
+GOEDEL_CASES = [
+    ('one-line span', E(6, 2, 6, 11, "unknown identifier 'foo'"),
+     "  have h1 : 1 = 1 := by\n    rfl\n  have h2 : 2 = 2 := by\n    rfl\n  <error>exact foo</error>\n  simp\n", "unknown identifier 'foo'"),
+    ('no end position, first line', E(1, 8, None, None),
+     "theorem <error>t : True := by</error>\n  have h1 : 1 = 1 := by\n", 'boom'),
+    ('last line', E(10, 2, 10, 9),
+     "  exact foo\n  simp\n  norm_num\n  omega\n  <error>trivial</error>\n", 'boom'),
+    ('two-line span', E(2, 2, 3, 7),
+     "theorem t : True := by\n  <error>have h1 : 1 = 1 := by\n    rfl</error>\n  have h2 : 2 = 2 := by\n", 'boom'),
+    ('ten-line span, truncated', E(1, 0, 10, 9),
+     "<error>theorem t : True := by\n  have h1 : 1 = 1 := by\n    rfl\n  have h2 : 2 = 2 := by\n    rfl\n  exact foo\n"
+     "\n  ... --[Truncated]-- ...\n  trivial</error>\n", 'boom'),
+]
+
+
+@pytest.mark.parametrize('case', GOEDEL_CASES, ids=[c[0] for c in GOEDEL_CASES])
+def test_feedback_is_goedels_byte_for_byte(case):
+    _, msg, block, text = case
+    assert error_feedback(GCODE, [msg]) == f"\nError 1:\n\nCorresponding Code:\n```lean4\n{block}\n```\n\nError Message: {text}\n"
+
+
+def test_ten_whole_errors_keep_eight_and_count_the_rest():
+    "Issue 30, point 12: a reply with a sorry warning and ten errors of 2,500 characters (longer than the old 2,000-character cut): 8 kept whole, 2 counted, and the turn says so."
+    from ei_nb.lean_reply import lean_messages
+    err = lambda k: {'severity': 'error', 'pos': {'line': k, 'column': 0}, 'endPos': {'line': k, 'column': 2}, 'data': chr(96 + k) * 2500}
+    reply = {'messages': [{'severity': 'warning', 'pos': {'line': 1, 'column': 0}, 'endPos': None, 'data': "declaration uses 'sorry'"}]
+                         + [err(k) for k in range(1, 11)]}
+    msgs, omitted = lean_messages(reply, body_lines=10)
+    errs = [m for m in msgs if m['severity'] == 'error']
+    assert [len(m['text']) for m in errs] == [2500] * 8 and omitted == 2
+    fb = error_feedback('\n'.join(f'l{i}' for i in range(1, 11)), msgs, omitted=omitted)
+    assert fb.endswith('\n... [Omitted 2 more errors] ...\n') and fb.count('Error Message: ') == 8
+    assert all(chr(96 + k) * 2500 in fb for k in range(1, 9))
+
+
 # ---------------------------------------------------------------- the 01c_correct stage
 class AcceptAll:
     "A stand-in Lean that accepts every proof the pre-check lets through (its report names the theorem, no bad axiom)."
@@ -111,8 +154,9 @@ def tiny(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp('m')/'tiny')
 
 
-def round_files(d:Path, extra:int=0):
-    "A round's 01 records: sample 0 failed with a Lean error, 1 was a pre-check cheat, 2 timed out, 3 passed; `extra` more Lean failures."
+def round_files(d:Path, extra:int=0, solved:bool=False):
+    """A round's 01 records: sample 0 failed with a Lean error, 1 was a pre-check cheat, 2 timed out, 3 is an incomplete proof
+    (`lean sorry:`; with `solved`, a pass); `extra` more Lean failures."""
     from ei_nb.core import write_records
     p, fs = MINIF2F[NAME], FEW_SHOT[NAME]
     good = fs['formal_statement'] + fs['formal_proof']
@@ -125,7 +169,9 @@ def round_files(d:Path, extra:int=0):
                 {'name': NAME, 'sample_idx': 1, 'verdict': 'fail', 'proof': cheat, 'reason': 'sorry: line 3',
                  'messages': [{'severity': 'error', 'rule': 'sorry', 'text': 'sorry: line 3'}]},
                 {'name': NAME, 'sample_idx': 2, 'verdict': 'error', 'proof': bad, 'reason': 'repl: timeout after 300 s'},
-                {'name': NAME, 'sample_idx': 3, 'verdict': 'pass', 'proof': good, 'reason': None}]
+                {'name': NAME, 'sample_idx': 3, 'verdict': 'pass', 'proof': good, 'reason': None} if solved else
+                {'name': NAME, 'sample_idx': 3, 'verdict': 'fail', 'proof': good, 'reason': 'lean sorry: line 2: declaration uses \'sorry\'',
+                 'messages': [{'severity': 'warning', 'line': 2, 'column': 8, 'end_line': None, 'end_column': None, 'text': "declaration uses 'sorry'"}]}]
     for i in range(4, 4 + extra):
         samples.append(sample(f'```lean4\n{bad}{" " * i}\n```', i)); verdicts.append({**verdicts[0], 'sample_idx': i, 'proof': bad + ' ' * i})
     write_records(d/'selected.jsonl', [p], 'problem'); write_records(d/'samples.jsonl', samples, 'sample')
@@ -144,30 +190,59 @@ class Scripted(TransformersSampler):
                 for _ in prompts]
 
 
-def correct(tiny, d, out, sampler=Scripted, extra=0, **kw):
+def correct(tiny, d, out, sampler=Scripted, extra=0, solved=False, **kw):
     from ei_nb.correct import run_correct
     from ei_nb.sample import verifier_of
     SAMPLERS['scripted'] = sampler
-    return run_correct(*round_files(d, extra), tiny, out, 1, n=kw.pop('n', 3), max_new_tokens=12, prompt_style='completion', sampler='scripted',
+    return run_correct(*round_files(d, extra, solved), tiny, out, 1, n=kw.pop('n', 3), max_new_tokens=12, prompt_style='completion', sampler='scripted',
                        verifier=verifier_of('tests.test_corrections:accept_all'), log=lambda *a: None, progress=False, **kw)
 
 
 def test_only_lean_failures_are_corrected_and_verified_ones_become_rows(tiny, tmp_path):
     from ei_nb.rows import read_sft_rows
     res = correct(tiny, tmp_path, tmp_path/'out')
-    assert (res['failures_tried'], res['corrections_sampled']) == (1, 3)          # the cheat, the timeout and the pass: never tried
+    assert (res['failures_tried'], res['corrections_sampled']) == (2, 6)          # the Lean error and the sorry; the cheat and the timeout never
     tried = [json.loads(l) for l in open(tmp_path/'out'/'correction_problems.jsonl')]
-    assert [t['corrects']['sample_idx'] for t in tried] == [0] and "-- Error Message: unknown identifier 'foo'" in tried[0]['turn_prompt']
+    assert [t['corrects']['sample_idx'] for t in tried] == [0, 3] and "-- Error Message: unknown identifier 'foo'" in tried[0]['turn_prompt']
+    assert 'Error Message' not in tried[1]['turn_prompt']                       # an incomplete proof: Lean gave no error
     rows = read_sft_rows(tmp_path/'out'/'correction_rows.jsonl')
-    assert res['corrections_verified'] == 3 and len(rows) == res['rows'] == 1          # distinct, shortest, one per failure
-    assert res['keep'] == {'kept': 1, 'over_cap': 1, 'duplicate': 1} and rows[0]['completion'] == '  ring'
-    assert rows[0]['name'] == NAME and rows[0]['kind'] == 'correction' and rows[0]['corrects']['sample_idx'] == 0
+    assert res['corrections_verified'] == 6 and len(rows) == res['rows'] == 2          # distinct, shortest, one per failure
+    assert res['keep'] == {'kept': 2, 'over_cap': 2, 'duplicate': 2} and rows[0]['completion'] == '  ring'
+    assert rows[0]['name'] == NAME and rows[0]['kind'] == 'correction' and [r['corrects']['sample_idx'] for r in rows] == [0, 3]
     assert rows[0]['prompt'] == tried[0]['turn_prompt']
+
+
+def test_a_problem_the_round_solved_is_not_corrected(tiny, tmp_path):
+    "Goedel-Prover-V2 corrects only problems with no passing variant: with a pass, nothing is tried and the files are empty."
+    res = correct(tiny, tmp_path, tmp_path/'out', solved=True)
+    assert (res['failures_tried'], res['corrections_sampled'], res['rows']) == (0, 0, 0)
+    assert (tmp_path/'out'/'correction_rows.jsonl').read_text() == ''
+
+
+def test_which_failures_qualify_as_goedels():
+    """Issue 30, point 13, against Goedel-Prover-V2's `load_data_for_correction` (src/utils.py @ 2e9036e): problem A has a pass and
+    3 Lean errors (none tried); B has no pass and 8 failures: 2 Lean errors and 1 incomplete proof are tried, in sample order; a timeout
+    (Goedel skips it too), a pre-check cheat, an axiom and a statement rejection, and `no_code` are not (our stated departures)."""
+    import inspect
+    from ei_nb.correct import correction_candidates, correction_problem, run_correct
+    pa, pb = (dict(MINIF2F[NAME], name=n) for n in ('A', 'B'))
+    smp = lambda n, i: {'name': n, 'sample_idx': i, 'round': 1, 'completion': 'x', 'n_tokens': 9 - i, 'capped': False}
+    ver = lambda n, i, verdict, reason, **kw: {'name': n, 'sample_idx': i, 'verdict': verdict, 'reason': reason, 'proof': 'p', **kw}
+    va = [ver('A', 0, 'pass', None)] + [ver('A', i, 'fail', 'lean error: e') for i in (1, 2, 3)]
+    vb = [ver('B', 0, 'fail', 'lean error: x'), ver('B', 1, 'error', 'repl: timeout after 300 s'), ver('B', 2, 'fail', 'lean sorry: 1 sorries'),
+          ver('B', 3, 'fail', 'sorry: line 2', messages=[{'severity': 'error', 'rule': 'sorry', 'text': 'sorry: line 2'}]),
+          ver('B', 4, 'fail', 'axioms: B uses sorryAx'), ver('B', 5, 'no_code', 'no closed block'),
+          ver('B', 6, 'fail', 'lean_statement: the theorem is not the problem'), ver('B', 7, 'fail', 'lean error: y')]
+    got = correction_candidates([pa, pb], [smp('A', i) for i in range(4)] + [smp('B', i) for i in range(8)], va + vb)
+    assert [(p['name'], s['sample_idx']) for p, s, _ in got] == [('B', 0), ('B', 2), ('B', 7)]
+    assert inspect.signature(run_correct).parameters['n'].default == 2       # Goedel's NUM_SAMPLES_CORRECTION
+    turn = correction_problem(pb, smp('B', 2), vb[2])['turn_prompt']
+    assert 'position of the error.\n\n\n\nBefore producing' in turn           # Goedel's empty error section
 
 
 def test_protected_problems_are_never_correction_rows(tiny, tmp_path):
     res = correct(tiny, tmp_path, tmp_path/'out', protected=[{'name': 'x', 'formal_statement': MINIF2F[NAME]['formal_statement']}])
-    assert res['rows'] == 0 and res['keep'] == {'dropped_protected': 1} and (tmp_path/'out'/'correction_rows.jsonl').read_text() == ''
+    assert res['rows'] == 0 and res['keep'] == {'dropped_protected': 2} and (tmp_path/'out'/'correction_rows.jsonl').read_text() == ''
 
 
 def test_a_rerun_resumes_to_identical_files(tiny, tmp_path):
@@ -194,7 +269,9 @@ def test_02_trains_on_capped_corrections(tmp_path):
     got = [r for r in rows if r.get('kind') == 'correction']
     data = json.loads((tmp_path/'round'/'stage.json').read_text())['detail']['data']   # 02's one summary
     assert 0 < len(got) <= 0.2 * len(rows) + 1e-9 and data['correction_rows'] == len(got) and data['rows'] == len(rows)
-    assert [r['sample_idx'] for r in got] == list(range(len(got)))                  # the shortest first
+    import random
+    room = len(got)                                                                  # drawn uniformly (seeded), not the shortest first
+    assert {r['sample_idx'] for r in got} == set(random.Random('0:correction').sample(list(range(50)), room)) and room < 50
     write_records(tmp_path/'protected.jsonl', [{'name': NAME}])
     with pytest.raises(pm.PapermillExecutionError, match='protected problem'):      # the guard covers correction rows too
         pm.execute_notebook(str(nb), str(tmp_path/'out2.ipynb'), kernel_name='python3', progress_bar=False, cwd=str(nb.parent),

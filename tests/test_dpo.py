@@ -199,7 +199,7 @@ def test_sigkill_and_resume_equals_uninterrupted(tiny, ordered, tmp_path):
         time.sleep(0.02)
     p.send_signal(signal.SIGKILL); p.wait()
     assert p.returncode == -signal.SIGKILL and not (crashed / 'merged').exists()
-    assert (crashed / 'checkpoints' / 'reference.json').exists()
+    assert list((crashed / 'checkpoints').glob('reference_band*.json'))            # each band's reference, kept for the resume
     out, err = (r := run_train(tiny, data, crashed)).communicate()
     assert r.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1])['resumed_from'] >= 4
@@ -211,6 +211,41 @@ def test_sigkill_and_resume_equals_uninterrupted(tiny, ordered, tmp_path):
     ha, hb = (json.loads((d / 'train.json').read_text())['history'] for d in (crashed, whole))
     assert all(ha[k] == hb[k] for k in hb if k != 'seconds')
     assert not (crashed / 'checkpoints').exists() and not list(crashed.glob('.*'))
+
+
+def test_each_band_is_its_own_run(tiny, ordered, tmp_path):
+    """Issue 30, point 10 (CuDIP's Algorithm 1: one DPO per curriculum set, the previous set's policy as reference): at the first
+    step of every band the loss is log 2 for each pair (policy = reference) and the LR is its warm-up's first value; a resume at a
+    band's first step and one inside a band both give the weights of an uninterrupted run. `per_band=False` is the old single run."""
+    import math
+    from ei_nb.dpo import band_bounds
+    from ei_nb.train import lr_factor
+    pairs = [p for p in ordered if p['band'] == 0][:4] + [p for p in ordered if p['band'] == 1][:4]
+    assert {p['band'] for p in pairs} == {0, 1}
+    kw = dict(lr=5e-3, lora_r=8, lora_alpha=16, batch_pairs=1, warmup_ratio=0.5, seed=0)
+    whole = train_dpo(tiny, pairs, tmp_path / 'whole', save_every=0, **kw)
+    h = whole['history']
+    for b, first, n in band_bounds(h['band']):
+        assert abs(h['loss'][first] - math.log(2)) < 1e-6 and h['accuracy'][first] == 0
+        assert h['lr'][first] == pytest.approx(5e-3 * lr_factor(0, n, math.ceil(0.5 * n), 'cosine'))
+    one = train_dpo(tiny, pairs, tmp_path / 'one', save_every=0, per_band=False, **kw)['history']
+    second = band_bounds(h['band'])[1][1]
+    assert one['loss'][second] < math.log(2) - 1e-4                              # the old run: the input model stays the reference,
+    assert one['lr'][second] == pytest.approx(5e-3 * lr_factor(second, len(h['lr']), math.ceil(0.5 * len(h['lr'])), 'cosine'))
+    assert sum(one['lr'][second:]) < sum(h['lr'][second:])                        # and the last band trains on the decayed tail
+    class Stop(Exception): pass
+    def halt(at):
+        def on_step(done, loss):
+            if done == at: raise Stop   # after the checkpoint of step `at`
+        return on_step
+    for stop in (second, second + 1):   # resume at a band's first step, and inside the band
+        d = tmp_path / f'stop{stop}'
+        with pytest.raises(Stop): train_dpo(tiny, pairs, d, save_every=1, on_step=halt(stop), **kw)
+        again = train_dpo(tiny, pairs, d, save_every=1, **kw)
+        assert again['resumed_from'] == stop and again['history']['loss'] == h['loss']
+        a, b = load_file(d / 'merged' / 'model.safetensors'), load_file(tmp_path / 'whole' / 'merged' / 'model.safetensors')
+        assert all(torch.equal(a[k], b[k]) for k in b)
+    assert whole['pairs_per_band'] == {0: sum(p['band'] == 0 for p in pairs), 1: sum(p['band'] == 1 for p in pairs)}
 
 
 def test_export_round_trip(tiny, tok, ordered, tmp_path):

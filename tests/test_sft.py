@@ -1,6 +1,6 @@
 """02_sft across processes and files: the CLIs as subprocesses, a SIGKILL mid-training and resume,
 DDP under torchrun on CPU, packing and the exported directory. Tiny models built in code, no downloads."""
-import json, os, shutil, signal, subprocess, sys, time
+import json, math, os, shutil, signal, subprocess, sys, time
 from collections import Counter
 from pathlib import Path
 
@@ -242,3 +242,42 @@ def test_untied_sharded_export_round_trip(tmp_path):
     probe = [tok(rows[0]['prompt'] + rows[0]['completion'])['input_ids'][:96]]
     assert torch.allclose(probe_logits(back, probe), probe_logits(with_adapter, probe), atol=1e-5)
     assert m['adapter_effect'] > 1e-3
+
+
+# -- issue 30: the caps on extra rows, and the reference config
+def test_capped_extra_rows_are_a_seeded_uniform_draw():
+    """Issue 30, point 7: over the cap, `add_capped_rows` draws `room` rows uniformly with `random.Random(f'{seed}:{kind}')` (in their
+    order), not the shortest: over 200 seeds the drawn rows' mean length stays within 3 standard errors of all rows' mean."""
+    import random, statistics
+    from ei_nb.sft import add_capped_rows
+    extra = [{'name': f'c{i % 7}', 'sample_idx': i, 'n_tokens': 10 + (i * 37) % 500} for i in range(60)]
+    rows = [{'name': 'r'}] * 90   # room = floor(0.1 * 90 / 0.9) = 10
+    got, counts = add_capped_rows(rows, extra, 0.1, 'conjecture', seed=3)
+    chosen = got[90:]
+    assert counts == {'conjecture_rows': 10, 'conjecture_rows_over_frac': 50} and len(chosen) == 10
+    order = sorted(range(60), key=lambda i: (extra[i]['name'], extra[i]['sample_idx'], i))
+    assert chosen == [extra[i] for i in sorted(random.Random('3:conjecture').sample(order, 10))]
+    assert add_capped_rows(rows, extra, 0.1, 'conjecture', seed=3)[0] == got and add_capped_rows(rows, extra, 0.1, 'correction', seed=3)[0] != got
+    assert chosen != sorted(extra, key=lambda r: r['n_tokens'])[:10]
+    means = [statistics.mean(r['n_tokens'] for r in add_capped_rows(rows, extra, 0.1, 'conjecture', seed=s)[0][90:]) for s in range(200)]
+    pop = [r['n_tokens'] for r in extra]
+    se = statistics.pstdev(pop) / math.sqrt(10) * math.sqrt((60 - 10) / (60 - 1))
+    assert abs(statistics.mean(means) - statistics.mean(pop)) < 3 * se / math.sqrt(200)      # on average the draws' mean is all rows' mean
+    assert min(means) > statistics.mean(sorted(pop)[:10])                                     # no draw is the shortest-first choice
+
+
+def test_reference_config_runs_the_papers_settings():
+    """Issue 30, points 9 and the missing sections: goedel8b.toml's DPO is a curriculum (CuDIP's 4 bands), the lever ranks by the
+    per-token mean, and the optional stages have reference-sized sections, disabled (not the notebooks' CPU demo defaults)."""
+    import tomllib
+    from ei_nb.config import load_config
+    root = Path(__file__).resolve().parents[1] / 'configs'
+    raw = tomllib.loads((root / 'goedel8b.toml').read_text())
+    assert raw['sft']['n_stages'] == 4 and raw['sft']['rank_by'] == 'mean'
+    assert tomllib.loads((root / 'demo_dpo.toml').read_text())['sft']['n_stages'] == 4
+    for section in ('conjecture', 'correct', 'sharpen'): assert raw[section]['enabled'] is False, section
+    assert raw['conjecture']['n_prompts'] == 256 and raw['conjecture']['max_new_tokens'] == 16384 and raw['conjecture']['conj_max_new_tokens'] == 512
+    assert raw['correct']['n'] == 2 and raw['correct']['max_new_tokens'] == 16384 and raw['correct']['max_prompt_frac'] == 0.75
+    warned = []
+    cfg = load_config(root / 'goedel8b.toml', warn=warned.append)
+    assert not warned and not cfg['defaults_used']                 # every key of every section set: no CPU default slips in

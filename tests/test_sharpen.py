@@ -2,7 +2,7 @@
 scores (batched, left-padded, real miniF2F prompts), packing, 02_sft's weighted loss and its gradients through
 a LoRA model, the `unlikely` keep rule and row weights of 02_sft, the ranking and uplift on hand-worked and
 random inputs, and the stage itself (papermill, tiny model). Tiny models built in code, no downloads."""
-import math, random
+import math, random, warnings
 
 import numpy as np
 import pandas as pd
@@ -14,10 +14,11 @@ from ei_nb.core import read_problems, read_samples, read_verdicts, shared_data
 from ei_nb.eval import pass_at_k
 from ei_nb.prompts import render_prompt
 from ei_nb.rows import collate, join_passes, proof_text, read_logprobs, tokenize_rows
-from ei_nb.sft import build_sft_rows, demo_sft_inputs, lever_fields, rank_weight, select_proofs, with_logprobs
+from ei_nb.sft import (build_sft_rows, demo_sft_inputs, group_logprobs, lever_fields, logprob_table, rank_factor, rank_logprob, select_proofs,
+                       with_logprobs)
 from ei_nb.train import completion_loss, train_lora
-from ei_nb.sharpen import (correct_rows, distinct_correct, example_logprobs, kept_change, pass_at_n_curve, rank_by_logprob,
-                           score_passes, score_rows, subsample_problems, uplift_summary, uplift_table)
+from ei_nb.sharpen import (correct_rows, distinct_correct, example_logprobs, group_rows, kept_change, pass_at_n_curve, rank_by_logprob,
+                           score_groups, score_passes, score_rows, subsample_problems, uplift_report, uplift_summary, uplift_table)
 
 
 @pytest.fixture(scope='module')
@@ -146,9 +147,9 @@ def test_weighted_loss_by_hand_from_logits(model, tok, records):
 
 
 def test_unlikely_with_length_as_logprob_is_shortest(records, tok):
-    "With `logprob0 = n_tokens` the least likely is the shortest: `unlikely` must label exactly as `shortest`."
+    "With `rank_logprob = n_tokens` the least likely is the shortest: `unlikely` must label exactly as `shortest`."
     problems, samples, verdicts = records
-    passes, n = join_passes([s | {'logprob0': s['n_tokens']} for s in samples], verdicts)
+    passes, n = join_passes([s | {'rank_logprob': s['n_tokens']} for s in samples], verdicts)
     for name, ps in passes.items():
         lengths = {s['sample_idx']: 40 * s['n_tokens'] % 997 for s, _ in ps}
         for cap, max_tokens in ((1, 18432), (2, 18432), (4, 500)):
@@ -158,17 +159,19 @@ def test_unlikely_with_length_as_logprob_is_shortest(records, tok):
 def test_unlikely_keeps_the_lowest_logprob_distinct_proofs(records):
     problems, samples, verdicts = records
     rng = random.Random(0)
-    lp = {(s['name'], s['sample_idx']): rng.uniform(-50, -1) for s in samples}
+    lp = {(s['name'], s['sample_idx']): (rng.uniform(-50, -1), rng.randint(1, 40)) for s in samples}
     passes, _ = join_passes(samples, verdicts)
     for name, ps in passes.items():
-        ps = with_logprobs(ps, lp)
-        labels = dict(select_proofs(ps, {s['sample_idx']: 1 for s, _ in ps}, 2, 'unlikely'))
-        best = {}   # least likely sample of each distinct proof
-        for s, v in ps:
-            t = proof_text(s, v)
-            if t not in best or (s['logprob0'], s['sample_idx']) < best[t]: best[t] = (s['logprob0'], s['sample_idx'])
-        want = {i for _, i in sorted(best.values())[:2]}
-        assert {i for i, status in labels.items() if status == 'kept'} == want
+        for rank_by in ('mean', 'sum'):
+            ps_ = with_logprobs(ps, {i: lp[n, i] for n, i in lp if n == name}, rank_by)
+            labels = dict(select_proofs(ps_, {s['sample_idx']: 1 for s, _ in ps_}, 2, 'unlikely'))
+            key = lambda i: lp[name, i][0] / lp[name, i][1] if rank_by == 'mean' else lp[name, i][0]
+            best = {}   # least likely sample of each distinct proof
+            for s, v in ps_:
+                t = proof_text(s, v)
+                if t not in best or (key(s['sample_idx']), s['sample_idx']) < best[t]: best[t] = (key(s['sample_idx']), s['sample_idx'])
+            want = {i for _, i in sorted(best.values())[:2]}
+            assert {i for i, status in labels.items() if status == 'kept'} == want
 
 
 def test_distinct_correct_matches_keep_rules(records, tok):
@@ -199,11 +202,11 @@ def test_rank_and_uplift_second_hand_example():
     assert k['kept'] == {'count': 2, 'mean_change': pytest.approx(1.0)}
     assert k['not_kept']['mean_change'] == pytest.approx((-1 - 0.5 + 0.5 + 1 + 0) / 5)
     fields = {}
-    for name, g in df.groupby('name'):   # 02_sft's rank and weight of each correct sample agree with the ranking here
-        fields |= {(name, i): f for i, f in lever_fields([({'sample_idx': int(i), 'logprob0': lp}, {}) for i, lp in
-                                                           zip(g['sample_idx'], g['logprob0'])], 'unlikely', 0.25).items()}
+    for name, g in df.groupby('name'):   # 02_sft's rank of each sample (by the sum, the diagnostic's order) agrees with the ranking here
+        grp = {int(i): (lp, 7) for i, lp in zip(g['sample_idx'], g['logprob0'])}
+        fields |= {(name, i): f for i, f in lever_fields(grp, set(grp), list(grp), 'unlikely', 'sum', 0.25).items()}
     assert [fields[n, i]['logprob_rank'] for n, i in zip(r['name'], r['sample_idx'])] == r['rank'].tolist()
-    assert [fields[k]['weight'] for k in (('p', 0), ('p', 1), ('q', 5))] == pytest.approx([1 - 0.25 / 4, 0.75, 0.75])
+    assert [fields[k]['weight'] for k in (('p', 0), ('p', 1), ('q', 5))] == pytest.approx([1.0, 1.0, 1.0])   # all correct: no contrast
 
 
 @settings(max_examples=40, deadline=None)
@@ -217,8 +220,8 @@ def test_uplift_invariants(entries):
     t = uplift_table(r)
     assert t['count'].sum() == len(df) and t['uplifted'].sum() == int((df['logprob1'] > df['logprob0']).sum())
     assert list(t.index) == list(range(len(t))) and (t['count'].diff().dropna() <= 0).all()   # fewer problems reach higher ranks
-    ws = [rank_weight(int(x.rank), int(x.n_correct)) for x in r.itertuples()]
-    assert all(0.75 <= w < 1 for w in ws)
+    fs = [rank_factor(int(x.group_size - 1 - x.rank), int(x.group_size)) for x in r.itertuples()]
+    assert all(0.75 < f <= 1 for f in fs)
 
 
 def test_same_model_twice_uplifts_nothing(model, tok, records):
@@ -266,7 +269,7 @@ def test_cli_refuses_mismatched_files(tmp_path, tiny_model_dir, records, tok):
     write_records(tmp_path / 'odd.jsonl', [{'name': fail['name'], 'sample_idx': fail['sample_idx'], 'logprob': -1.0, 'n_tokens': 3}])
     with pytest.raises(BadInput, match='not pass samples'):
         logprobs_cli(['--model', str(tiny_model_dir), '--out', str(tmp_path / 'c.jsonl'), '--only', str(tmp_path / 'odd.jsonl')] + files)
-    with pytest.raises(BadInput, match='different samples'):
+    with pytest.raises(BadInput, match='different correct samples'):
         uplift_cli(['--before', str(tmp_path / 'a.jsonl'), '--after', str(tmp_path / 'odd.jsonl'), '--out-dir', str(tmp_path)])
     assert not (tmp_path / 'c.jsonl').exists() and not (tmp_path / 'uplift.json').exists()
     res = uplift_cli(['--before', str(tmp_path / 'a.jsonl'), '--after', str(tmp_path / 'b.jsonl'), '--out-dir', str(tmp_path)])
@@ -276,31 +279,137 @@ def test_cli_refuses_mismatched_files(tmp_path, tiny_model_dir, records, tok):
 # -- the lever in 02_sft's rows and training --------------------------------------------------------------
 
 def _lp(samples, seed=0):
+    "Random (summed log-prob, tokens) of every sample."
     rng = random.Random(seed)
-    return {(s['name'], s['sample_idx']): rng.uniform(-50, -1) for s in samples}
+    return {(s['name'], s['sample_idx']): (rng.uniform(-50, -1), rng.randint(1, 60)) for s in samples}
+
+
+def rtu_advantages(correct, logprob_mean, rank_penalty, epsilon=1e-6):
+    """The paper's trainer for one group, transcribed: AndreHe02/rewarding-unlikely-release @ ca1cff0,
+    verl/trainer/ppo/ray_lean_trainer.py, `_compute_advantages` (l. 630-684): rank all G samples by their per-token
+    mean old log-prob, scores * (1 - rank/G * rank_penalty), then (s - mean) / (std + eps), mean 0 / std 1 for G = 1."""
+    scores = torch.tensor([1.0 if c else 0.0 for c in correct], dtype=torch.float64)
+    ranks = torch.argsort(torch.argsort(torch.tensor(logprob_mean, dtype=torch.float64))) / len(correct)
+    scores = scores * (1 - ranks * rank_penalty)
+    if len(correct) == 1: return (scores / (1.0 + epsilon)).tolist()
+    return ((scores - scores.mean()) / (scores.std() + epsilon)).tolist()
+
+
+def test_advantages_are_the_trainers(records):
+    "Random groups without ties: `lever_fields`' advantages equal the transcribed trainer's, at several beta_rank."
+    rng = random.Random(5)
+    for trial in range(200):
+        G = rng.randint(1, 9)
+        grp = {i: (rng.uniform(-80, -1), rng.randint(1, 90)) for i in range(G)}
+        correct = {i for i in grp if rng.random() < 0.5} or {0}
+        beta = rng.choice([0.1, 0.25, 0.5, 1.0])
+        f = lever_fields(grp, correct, sorted(grp), 'unlikely', 'mean', beta)
+        ref = rtu_advantages([i in correct for i in range(G)], [grp[i][0] / grp[i][1] for i in range(G)], beta)
+        assert [f[i]['advantage'] for i in range(G)] == pytest.approx(ref, abs=1e-6)   # upstream's ranks/G is a float32 tensor
+
+
+def test_weights_average_one_per_problem(records, tok):
+    "Seeded rounds of n = 8 with 1..7 correct: every problem's rows average weight 1 (issue 30, point 3), whatever beta_rank and cap."
+    problems, samples, verdicts = records
+    by_name = {}
+    for s in samples: by_name.setdefault(s['name'], []).append(s)
+    for seed in range(3):
+        rng = random.Random(seed)
+        vs = [v | {'verdict': 'pass' if rng.random() < 0.5 else 'fail'} for v in verdicts]
+        for beta, cap in ((0.1, 1), (0.25, 4), (0.5, 4), (1.0, 2)):
+            rows, st_ = build_sft_rows(problems, samples, vs, tok, 1, max_per_problem=cap, logprobs=_lp(samples, seed), beta_rank=beta)
+            per = pd.DataFrame(rows).groupby('name')['weight'].mean()
+            assert len(per) and (per - 1).abs().max() < 1e-12, per
+            assert all(r['weight'] > 0 for r in rows) and st_['dropped_zero_weight'] >= 0
+
+
+def test_summed_and_mean_ranking_disagree_on_a_crafted_problem(tok):
+    """Issue 30's crafted problem: s0 10 tokens -20, s1 100 -50, s2 40 -30 pass; s3-s5 fail. `unlikely` with a cap of 1
+    keeps s0 (lowest mean, the shortest) by default and s1 (lowest sum, the longest) with rank_by = 'sum'."""
+    p = read_problems(shared_data('minif2f_dsp15.jsonl'))[0]
+    toks, sums = [10, 100, 40, 50, 20, 200], [-20, -50, -30, -30, -60, -80]
+    samples = [{'name': p['name'], 'sample_idx': i, 'round': 1, 'completion': f'```lean4\n{p["formal_statement"]}\n  tac{i}\n```',
+                'n_tokens': toks[i], 'capped': False} for i in range(6)]
+    verdicts = [{'name': p['name'], 'sample_idx': i, 'verdict': 'pass' if i < 3 else 'fail', 'proof': f'tac{i}'} for i in range(6)]
+    lp = {(p['name'], i): (float(sums[i]), toks[i]) for i in range(6)}
+    kept = lambda **kw: [r['sample_idx'] for r in build_sft_rows([p], samples, verdicts, tok, 1, max_per_problem=1, rank='unlikely', logprobs=lp, **kw)[0]]
+    assert kept() == [0] and kept(rank_by='mean') == [0] and kept(rank_by='sum') == [1]
+    rows, _ = build_sft_rows([p], samples, verdicts, tok, 1, max_per_problem=3, rank='unlikely', logprobs=lp, beta_rank=0.25)
+    assert {r['sample_idx']: r['weight'] for r in rows} == pytest.approx({0: 73 / 65, 2: 67 / 65, 1: 55 / 65})
+    one = [v | {'verdict': 'pass' if v['sample_idx'] == 0 else 'fail'} for v in verdicts]   # solved once: weight 1, whatever beta
+    for beta in (0.1, 0.25, 0.5):
+        assert [r['weight'] for r in build_sft_rows([p], samples, one, tok, 1, logprobs=lp, beta_rank=beta)[0]] == [1.0]
 
 
 def test_unlikely_rows_are_the_lowest_logprob_distinct_proofs_with_their_weights(records, tok):
-    "Rows of `rank = 'unlikely'`: per problem with a contrast, the k least likely distinct proofs, each with rank, G and weight."
+    "Rows of `rank = 'unlikely'`: per problem with a contrast, the k least likely distinct proofs, with the group's rank and the trainer's advantage."
     problems, samples, verdicts = records
     lp = _lp(samples)
     rows, _ = build_sft_rows(problems, samples, verdicts, tok, 1, max_per_problem=2, rank='unlikely', logprobs=lp, beta_rank=0.25)
     passes, n = join_passes(samples, verdicts)
+    mean = lambda name, i: lp[name, i][0] / lp[name, i][1]
     want = {}
     for name, ps in passes.items():
         if len(ps) == n[name]: continue   # solved by every sample: no contrast, no row
         best = {}
         for s, v in ps:
             t = proof_text(s, v)
-            best[t] = min(best.get(t, (math.inf, 0)), (lp[name, s['sample_idx']], s['sample_idx']))
-        order = sorted(ps, key=lambda sv: (-lp[name, sv[0]['sample_idx']], sv[0]['sample_idx']))   # rank 0 = most likely
-        rank = {s['sample_idx']: r for r, (s, _) in enumerate(order)}
-        for _, i in sorted(best.values())[:2]: want[name, i] = (rank[i], len(ps), 1 - 0.25 * (len(ps) - rank[i]) / len(ps))
+            best[t] = min(best.get(t, (math.inf, 0)), (mean(name, s['sample_idx']), s['sample_idx']))
+        group = sorted(i for nm, i in lp if nm == name)
+        ok = {s['sample_idx'] for s, _ in ps}
+        adv = dict(zip(group, rtu_advantages([i in ok for i in group], [mean(name, i) for i in group], 0.25)))
+        kept = [i for _, i in sorted(best.values())[:2]]
+        pos = {i: max(adv[i], 0) for i in kept}
+        for i in kept: want[name, i] = (len(group), len(ok), len(kept) * pos[i] / sum(pos.values()) if len(kept) > 1 else 1.0)
     assert rows and {(r['name'], r['sample_idx']) for r in rows} == set(want)
     for r in rows:
-        assert (r['logprob_rank'], r['n_correct']) == want[r['name'], r['sample_idx']][:2]
+        assert (r['group_size'], r['n_correct']) == want[r['name'], r['sample_idx']][:2]
         assert r['weight'] == pytest.approx(want[r['name'], r['sample_idx']][2])
-        assert (r['rank_rule'], r['beta_rank'], r['logprob0']) == ('unlikely', 0.25, lp[r['name'], r['sample_idx']])
+        assert (r['rank_rule'], r['rank_by'], r['beta_rank'], r['logprob0']) == ('unlikely', 'mean', 0.25, lp[r['name'], r['sample_idx']][0])
+
+
+def test_uplift_is_the_papers_compute_uplift_rate():
+    """Issue 30, point 2: our uplift table equals the paper's `compute_uplift_rate` (AndreHe02/rewarding-unlikely-release
+    @ ca1cff0, misc/paper_figures.ipynb, transcribed below with its hard-coded 32 as n): rank all n samples of a problem
+    by initial log-prob (descending), mask the incorrect ones, average `after > before` per rank. Two problems, n = 4."""
+    correct = np.array([[True, False, True, True], [False, True, True, False]])
+    lp0 = np.array([[-3., -1., -7., -2.], [-4., -9., -2., -1.]])
+    lp1 = np.array([[-2., -1., -8., -1.], [-5., -8., -3., -0.5]])
+    ref = np.zeros_like(lp0)
+    for k in range(len(lp0)):   # compute_uplift_rate, positives=True, incr=True
+        order = np.argsort(lp0[k])[::-1]
+        ref[k] = lp1[k][order] > lp0[k][order]
+        ref[k][~correct[k][order]] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore'); avg_per_rank = np.nanmean(ref, axis=0)
+    before = pd.DataFrame([{'name': f'p{k}', 'sample_idx': i, 'logprob': lp0[k, i], 'n_tokens': 5, 'correct': bool(correct[k, i])}
+                           for k in range(2) for i in range(4)])
+    after = pd.DataFrame([{'name': f'p{k}', 'sample_idx': i, 'logprob': lp1[k, i], 'n_tokens': 5}
+                          for k in range(2) for i in range(4) if correct[k, i]])
+    ranked, report = uplift_report(before, after)
+    rate = {t['rank']: t['rate'] for t in report['table']}
+    for j, want in enumerate(avg_per_rank):
+        assert (j not in rate) if np.isnan(want) else rate[j] == pytest.approx(want)
+    assert report['summary']['samples'] == int(correct.sum())
+
+
+def test_the_averaged_after_model_mixes_in_a_pull_to_the_base(tiny_model_dir, tok, records):
+    """Issue 30, point 4: base A, round 1's output B = A + noise; round 2 trains nothing (merged = B) and averages with the
+    base (0.3 A + 0.7 B). The update curve (input B -> merged) moves nothing; the averaged curve moves every sample."""
+    from transformers import AutoModelForCausalLM
+    A = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    B = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    avg = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for (_, a), (_, b), (_, m) in zip(A.named_parameters(), B.named_parameters(), avg.named_parameters()):
+            b.add_(0.05 * torch.randn(b.shape, generator=g)); m.copy_(0.3 * a + 0.7 * b)
+    rows = correct_rows(*records, tok)[:12]
+    frame = lambda m: pd.DataFrame(score_rows(m, tok, rows))
+    before = frame(B)
+    update, rnd = uplift_report(before, frame(B))[1]['summary'], uplift_report(before, frame(avg))[1]['summary']
+    assert update['mean_change'] == 0 and update['uplift_rate'] == 0
+    assert rnd['mean_change'] != 0 and abs(rnd['mean_change']) > 1e-3
 
 
 def test_default_rows_are_unchanged(records, tok, tmp_path):
@@ -312,16 +421,18 @@ def test_default_rows_are_unchanged(records, tok, tmp_path):
     write_records(tmp_path / 'a.jsonl', plain); write_records(tmp_path / 'b.jsonl', given)
     assert (tmp_path / 'a.jsonl').read_bytes() == (tmp_path / 'b.jsonl').read_bytes()
     assert set().union(*plain) == {'name', 'sample_idx', 'round', 'prompt', 'completion', 'eos', 'n_tokens', 'n_prompt_tokens', 'completion_tokens'}
-    shortest_w, _ = build_sft_rows(problems, samples, verdicts, tok, 1, logprobs=_lp(samples), beta_rank=0.5)
-    assert [(r['name'], r['sample_idx']) for r in shortest_w] == [(r['name'], r['sample_idx']) for r in plain]   # weights only
-    assert {r['rank_rule'] for r in shortest_w} == {'shortest'} and all(0.5 <= r['weight'] < 1 for r in shortest_w)
+    shortest_w, st_ = build_sft_rows(problems, samples, verdicts, tok, 1, logprobs=_lp(samples), beta_rank=0.5)
+    zero = {(c['name'], c['sample_idx']) for c in st_['candidates'] if c['status'] == 'zero_weight'}
+    assert len(zero) == st_['dropped_zero_weight'] and {(r['name'], r['sample_idx']) for r in shortest_w}.isdisjoint(zero)
+    assert [(r['name'], r['sample_idx']) for r in shortest_w] == [(r['name'], r['sample_idx']) for r in plain if (r['name'], r['sample_idx']) not in zero]
+    assert {r['rank_rule'] for r in shortest_w} == {'shortest'} and (pd.DataFrame(shortest_w).groupby('name')['weight'].mean() - 1).abs().max() < 1e-12
 
 
 def test_weights_reach_the_training_loss(tiny_model_dir, tok, records, tmp_path):
     "One full-fine-tune step: the first logged loss is the weighted completion loss of the step over its token count."
     from transformers import AutoModelForCausalLM
     problems, samples, verdicts = records
-    rows, _ = build_sft_rows(problems, samples, verdicts, tok, 1, max_per_problem=1, rank='unlikely', logprobs=_lp(samples), beta_rank=0.25)
+    rows, _ = build_sft_rows(problems, samples, verdicts, tok, 1, max_per_problem=2, rank='unlikely', logprobs=_lp(samples), beta_rank=0.25)
     rows = rows[:3]
     m = train_lora(tiny_model_dir, rows, tmp_path / 'w', lr=1e-3, full_finetune=True, batch_tokens=10**6, max_steps=1, save_every=0, epochs=1)
     exs, _ = tokenize_rows(rows, tok)
@@ -385,11 +496,15 @@ def test_sft_data_cli_takes_the_lever_from_a_logprobs_file(tmp_path, tiny_model_
     paths = {k: tmp_path / f'{k}.jsonl' for k in ('problems', 'samples', 'verdicts')}
     for k, recs in zip(paths, records): write_records(paths[k], recs)
     files = [x for k, p in paths.items() for x in (f'--{k}', str(p))]
-    logprobs_cli(['--model', str(tiny_model_dir), '--out', str(tmp_path / 'lp.jsonl')] + files)
+    logprobs_cli(['--model', str(tiny_model_dir), '--out', str(tmp_path / 'pass.jsonl')] + files)
+    logprobs_cli(['--model', str(tiny_model_dir), '--out', str(tmp_path / 'lp.jsonl'), '--groups'] + files)
     common = files + ['--tokenizer', str(tiny_model_dir), '--min-rows', '1', '--rank', 'unlikely']
     with pytest.raises(BadInput, match='needs the log-prob'): sft_data_cli(common + ['--out', str(tmp_path / 'x.jsonl')])
+    with pytest.raises(BadInput, match='no log-prob for sample'):   # a file of passes lacks the failures the group ranking needs
+        sft_data_cli(common + ['--out', str(tmp_path / 'x.jsonl'), '--logprobs', str(tmp_path / 'pass.jsonl')])
     assert not (tmp_path / 'x.jsonl').exists()
     sft_data_cli(common + ['--out', str(tmp_path / 'rows.jsonl'), '--logprobs', str(tmp_path / 'lp.jsonl'), '--beta-rank', '0.25'])
     rows = [json.loads(l) for l in open(tmp_path / 'rows.jsonl')]
-    lp = {(json.loads(l)['name'], json.loads(l)['sample_idx']): json.loads(l)['logprob'] for l in open(tmp_path / 'lp.jsonl')}
-    assert rows and all(r['logprob0'] == lp[r['name'], r['sample_idx']] and r['weight'] == rank_weight(r['logprob_rank'], r['n_correct'], 0.25) for r in rows)
+    lp = logprob_table([json.loads(l) for l in open(tmp_path / 'lp.jsonl')])
+    want, _ = build_sft_rows(problems, samples, verdicts, tiny_model_dir, 0, rank='unlikely', logprobs=lp, beta_rank=0.25)
+    assert rows and rows == want and all(r['logprob0'] == lp[r['name'], r['sample_idx']][0] for r in rows)
