@@ -29,7 +29,7 @@ OUTPUTS = {
                     'correction_verdicts.jsonl', 'correction_rows.jsonl'],
     '02_sft': ['sft.jsonl', 'adapter', 'merged', 'checkpoints', 'train.json', 'dpo_pairs.jsonl', 'sft_model', 'sft_logprobs.jsonl'],
     '03_average': ['model'],
-    '07_sharpen': ['logprobs_in.jsonl', 'logprobs_out.jsonl', 'uplift.json', 'uplift.png'],
+    '07_sharpen': ['logprobs_in.jsonl', 'logprobs_out.jsonl', 'logprobs_merged.jsonl', 'uplift.json', 'uplift.png'],
     '04_eval': ['eval'],
     '05_stop_rule': ['decision.json'],
     '06_report': ['figures'],
@@ -126,6 +126,8 @@ class RoundLayout:
     def logprobs_in(self) -> Path: return self/'logprobs_in.jsonl'
     @property
     def logprobs_out(self) -> Path: return self/'logprobs_out.jsonl'
+    @property
+    def logprobs_merged(self) -> Path: return self/'logprobs_merged.jsonl'   # the update curve's scores (input -> merged)
     @property
     def uplift_json(self) -> Path: return self/'uplift.json'
     @property
