@@ -1,10 +1,12 @@
 """The science of the loop, end to end: the learning demo (`configs/demo_learn.toml`) must keep learning.
 
-One real `ei run` of the demo on the arith fragment (nbs/arith.ipynb): the base model is warm-started on the easy end,
-the rounds sample, verify with the exact checker, select in the band, keep the shortest verified proofs, train a LoRA
-and average it toward the base. The tests fail when the rounds stop helping: the last round must solve more held-out
-scored problems than the base, significantly (exact McNemar, p < 0.05), and the trail must show it (rows every round,
-pass rates of the pool moving up, the kept proofs the shortest of their problem).
+Two real `ei run`s on the arith fragment (nbs/arith.ipynb), two rounds each. The learning demo: the base model is
+warm-started on the easy end, the rounds sample, verify with the exact checker, select in the band, keep the shortest
+verified proofs, train a LoRA and average it toward the base; the last round must solve more held-out scored problems
+than the base, significantly (exact McNemar, p < 0.05), every round must train on its own proofs, and the pool's pass
+rate must rise. Its keep rule never has to choose (every passing proof of a problem is the same text), so the keep-rule
+variant (`configs/demo_learn_forms.toml`: two proof forms, one kept per problem, a token cap that cuts the long form of a
+3-digit value off) checks the rule by its purpose: shortest-first must make the cap hits of the evaluation fall.
 
 `tests/mutation_check.py --only learn-prompt-loss,learn-keep-longest,learn-band-solved,learn-ftw0` shows that this file
 alone catches the loss computed on prompt tokens, the keep rule taking the longest proofs, the band selecting solved
@@ -15,19 +17,26 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG = REPO/'configs'/'demo_learn.toml'
+CONFIG, FORMS = REPO/'configs'/'demo_learn.toml', REPO/'configs'/'demo_learn_forms.toml'
 ENTRY = 'import sys; from ei_nb.cli import _entry; sys.argv[0] = "ei"; _entry()'
 ENV = {**os.environ, 'OMP_NUM_THREADS': '1', 'TOKENIZERS_PARALLELISM': 'false', 'MPLBACKEND': 'Agg'}
 SMALLER = ['--rounds', '2']   # two rounds of the demo: enough for a significant gain, half the minutes
 
 
+def ei_run(config:Path, run_dir:Path) -> tuple[Path, subprocess.CompletedProcess]:
+    p = subprocess.run([sys.executable, '-c', ENTRY, 'run', '--config', str(config), '--run-dir', str(run_dir), *SMALLER],
+                       capture_output=True, text=True, env=ENV, timeout=1800)
+    return run_dir, p
+
 @pytest.fixture(scope='module')
 def run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     "The learning demo, run once for this file: its folder and the finished `ei run` process."
-    run_dir = tmp_path_factory.mktemp('learn')/'demo_learn'
-    p = subprocess.run([sys.executable, '-c', ENTRY, 'run', '--config', str(CONFIG), '--run-dir', str(run_dir), *SMALLER],
-                       capture_output=True, text=True, env=ENV, timeout=1800)
-    return run_dir, p
+    return ei_run(CONFIG, tmp_path_factory.mktemp('learn')/'demo_learn')
+
+@pytest.fixture(scope='module')
+def forms(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    "The keep-rule variant, run once for this file (only when its test runs)."
+    return ei_run(FORMS, tmp_path_factory.mktemp('learn')/'demo_learn_forms')
 
 
 def _summary(run) -> dict:
@@ -72,3 +81,16 @@ def test_the_pool_pass_rate_moves_up(run):
         v = [json.loads(l) for l in (run_dir/f'round_{r:02d}'/'verdicts.jsonl').read_text().splitlines()]
         rates.append(sum(x['verdict'] == 'pass' for x in v) / len(v))
     assert rates[-1] > 1.5 * rates[0], rates
+
+
+def _capped(run_dir:Path, r:int) -> tuple[int, int]:
+    "(capped samples, samples) of round r's evaluation: a capped sample is a proof the token cap cut off."
+    rows = [json.loads(l) for l in (run_dir/f'round_{r:02d}'/'eval'/'eval_samples.jsonl').read_text().splitlines()]
+    return sum(x['capped'] for x in rows), len(rows)
+
+
+def test_shortest_first_makes_the_cap_hits_fall(forms):
+    "Keeping the shortest proof teaches the concise form: the share of evaluation samples the cap cuts off falls by a third or more."
+    s, run_dir = _summary(forms), forms[0]
+    (k0, n0), (k1, n1) = _capped(run_dir, 0), _capped(run_dir, s['rounds'])
+    assert k1 / n1 < (2 / 3) * (k0 / n0), f'cap hits {k0}/{n0} -> {k1}/{n1}'
