@@ -3,14 +3,14 @@
 
     python experiments/options_effect.py                       # plain + corrections, dpo, unlikely, conjectures
     python experiments/options_effect.py --only dpo,unlikely   # a subset (plain is always run or reused)
-    python experiments/options_effect.py --runs DIR --set run.rounds=3
+    python experiments/options_effect.py --runs DIR --rounds 2   # shorter option runs, each against plain's round 2
 
 Runs `ei run --config configs/demo_learn.toml` into RUNS/plain, then each option's config (configs/demo_learn_NAME.toml)
 into RUNS/NAME, starting from a copy of plain's round 0 (the same demo set-up, warm-started base model, pool measurement
 and baseline: the driver's markers match, so round 0 is not recomputed and every run starts from the identical base).
 A finished run is reused (the driver skips finished steps): rerun after a code change with a fresh --runs folder.
-Then, per run: S_0..S_R, the stop decision, McNemar of the last round against the base and against plain's last
-round (the same scored set, the same eval seed and settings), and the option's own counts (corrections verified, DPO
+Then, per run: S_0..S_R, the stop decision, McNemar of the last round against the base and against plain's round
+of the same number (the same scored set, the same eval seed and settings), and the option's own counts (corrections verified, DPO
 pairs, conjectures kept, uplift). Writes RUNS/options_effect.json and prints a markdown table.
 
 Kept to rerun the comparison after the method-fidelity changes of issue 30 land ("before the fidelity fix" numbers are
@@ -24,10 +24,10 @@ OPTIONS = ('corrections', 'dpo', 'unlikely', 'conjectures')
 ROUND0 = ('demo', 'inputs', 'round_00')
 
 
-def ei_run(config:Path, run_dir:Path, sets:list, log:Path) -> int:
+def ei_run(config:Path, run_dir:Path, sets:list, log:Path, more:list=()) -> int:
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'TOKENIZERS_PARALLELISM': 'false', 'MPLBACKEND': 'Agg'}
     cmd = [sys.executable, '-c', 'import sys; from ei_nb.cli import _entry; sys.argv[0] = "ei"; _entry()', 'run', '--config', str(config),
-           '--run-dir', str(run_dir)] + [x for s in sets for x in ('--set', s)]
+           '--run-dir', str(run_dir), *more] + [x for s in sets for x in ('--set', s)]
     with open(log, 'w') as f: return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
 
 
@@ -68,14 +68,16 @@ def option_counts(run_dir:Path, rounds:int) -> list[dict]:
     return out
 
 
-def summarize(run_dir:Path, plain_last:dict|None) -> dict:
+def summarize(run_dir:Path, plain:Path|None) -> dict:
+    "S per round, the stop decision, McNemar of the last round against the base and against plain's SAME round."
     s = json.loads((run_dir/'run_summary.json').read_text())
     last = s['rounds']
     base = solved(run_dir/'round_00'/'eval'/'eval_verdicts.jsonl')
     final = solved(run_dir/f'round_{last:02d}'/'eval'/'eval_verdicts.jsonl')
+    plain_same = solved(plain/f'round_{last:02d}'/'eval'/'eval_verdicts.jsonl') if plain else None
     return {'S': [s['S_0'], *s['scores']], 'decision': s['decision'], 'wall_s': s['wall_s'],
-            'vs_base': mcnemar(base, final), 'vs_plain': mcnemar(plain_last, final) if plain_last else None,
-            'option': option_counts(run_dir, last), 'final_solved': final}
+            'vs_base': mcnemar(base, final), 'vs_plain': mcnemar(plain_same, final) if plain else None,
+            'option': option_counts(run_dir, last)}
 
 
 def main(argv=None) -> int:
@@ -83,6 +85,7 @@ def main(argv=None) -> int:
     ap.add_argument('--runs', default=str(REPO/'runs'/'options'), help='folder of the runs (reused when finished)')
     ap.add_argument('--only', help=f'comma-separated options among {",".join(OPTIONS)}')
     ap.add_argument('--set', action='append', default=[], help='SECTION.KEY=VALUE passed to every `ei run`')
+    ap.add_argument('--rounds', type=int, help="round budget of the option runs (compared with plain's same round)")
     a = ap.parse_args(argv)
     runs, names = Path(a.runs), [n.strip() for n in (a.only or ','.join(OPTIONS)).split(',') if n.strip()]
     if bad := set(names) - set(OPTIONS): sys.exit(f'unknown option(s) {sorted(bad)}: use {OPTIONS}')
@@ -91,18 +94,19 @@ def main(argv=None) -> int:
     rc = ei_run(REPO/'configs'/'demo_learn.toml', runs/'plain', a.set, runs/'plain.log')
     if rc != 0: sys.exit(f'plain run failed (exit {rc}): see {runs/"plain.log"}')
     res = {'plain': summarize(runs/'plain', None)}
+    more = ['--rounds', str(a.rounds)] if a.rounds else []
     for name in names:
         d = runs/name
         if not d.exists():
             d.mkdir()
             for sub in ROUND0: shutil.copytree(runs/'plain'/sub, d/sub, symlinks=True)
-        rc = ei_run(REPO/'configs'/f'demo_learn_{name}.toml', d, a.set, runs/f'{name}.log')
-        res[name] = summarize(d, res['plain']['final_solved']) if rc == 0 else {'exit': rc, 'log': str(runs/f'{name}.log')}
+        rc = ei_run(REPO/'configs'/f'demo_learn_{name}.toml', d, a.set, runs/f'{name}.log', more)
+        res[name] = summarize(d, runs/'plain') if rc == 0 else {'exit': rc, 'log': str(runs/f'{name}.log')}
         print(json.dumps({name: {k: res[name].get(k) for k in ('S', 'vs_base', 'vs_plain', 'exit')}}), flush=True)
-    for r in res.values(): r.pop('final_solved', None)
+        (runs/'options_effect.json').write_text(json.dumps(res, indent=1) + '\n')   # after each option: a partial comparison survives
     res['_'] = {'sets': a.set, 'wall_s': round(time.time() - t0, 1), 'loadavg_after': os.getloadavg()}
     (runs/'options_effect.json').write_text(json.dumps(res, indent=1) + '\n')
-    print('\n| config | S_0..S_R | stop | McNemar last vs base (b/c/p) | last vs plain last (b/c/p) |\n|---|---|---|---|---|')
+    print('\n| config | S_0..S_R | stop | McNemar last vs base (b/c/p) | last vs plain, same round (b/c/p) |\n|---|---|---|---|---|')
     for name, r in res.items():
         if name == '_' or 'S' not in r: continue
         vp = r['vs_plain']

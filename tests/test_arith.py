@@ -152,3 +152,16 @@ def test_conjectures_outside_the_fragment_are_rejected_by_the_checker_not_a_cras
         assert got == list(written.values())
         with pytest.raises(OutsideFragment, match='outside the arith fragment'):   # and the prover refuses one by name, never passes it
             v.verify_one(cands[1]['problem'], {'name': cands[1]['problem']['name'], 'sample_idx': 0, 'completion': '```lean4\n```'})
+
+
+def test_doctor_needs_no_protected_set_for_the_arith_checker():
+    "The learning demo sets no protected files: with the arith back-end that is OK (it refuses miniF2F by name); with another it is a FAIL."
+    import copy
+    from pathlib import Path
+    from ei_nb.config import load_config
+    from ei_nb.doctor import Context, check_problems
+    cfg = load_config(Path(__file__).resolve().parents[1]/'configs'/'demo_learn.toml')
+    row = lambda c: next(r for r in check_problems(Context(c, '/tmp/ei_doctor_arith')) if r['check'] == 'protected')
+    assert row(cfg)['status'] == 'OK' and 'arith checker refuses' in row(cfg)['detail']
+    other = copy.deepcopy(cfg); other['verify']['backend'] = 'known'
+    assert row(other)['status'] == 'FAIL', row(other)
