@@ -4,13 +4,15 @@ Two real `ei run`s on the arith fragment (nbs/arith.ipynb), two rounds each. The
 warm-started on the easy end, the rounds sample, verify with the exact checker, select in the band, keep the shortest
 verified proofs, train a LoRA and average it toward the base; the last round must solve more held-out scored problems
 than the base, significantly (exact McNemar, p < 0.05), every round must train on its own proofs, and the pool's pass
-rate must rise. Its keep rule never has to choose (every passing proof of a problem is the same text), so the keep-rule
-variant (`configs/demo_learn_forms.toml`: two proof forms, one kept per problem, a token cap that cuts the long form of a
-3-digit value off) checks the rule by its purpose: shortest-first must make the cap hits of the evaluation fall.
+rate must rise, and each round's training loss must be the completion's (a loss on the prompt still gains a little).
+Its keep rule never has to choose (every passing proof of a problem is the same text), so the keep-rule variant
+(`configs/demo_learn_forms.toml`: two proof forms, one kept per problem, a token cap that cuts the long form of a
+3-digit value off) checks the rule by its definition (each kept proof is the shortest verified one of its problem) and
+by its purpose (the cap hits of the evaluation fall; alone this does not catch a longest-first rule).
 
 `tests/mutation_check.py --only learn-prompt-loss,learn-keep-longest,learn-band-solved,learn-ftw0` shows that this file
 alone catches the loss computed on prompt tokens, the keep rule taking the longest proofs, the band selecting solved
-problems and averaging with ft_weight 0 (the numbers are in the closing note of issue 29, /work/notes/29_learn.md).
+problems and averaging with ft_weight 0 (measured: experiments/results/phaseB.md).
 """
 import json, os, subprocess, sys
 from pathlib import Path
