@@ -245,7 +245,9 @@ def check_problems(ctx:Context) -> list[dict]:
     prot = ' '.join(f'--protected {f}' for f in p['protected']) or '--protected MINIF2F.jsonl'
     pool = _problems(ctx, 'pool', rows, f"ei pool --source Goedel-LM/Goedel-Pset-v1 {prot} --n 4000 --out {p['pool'] or 'data/pool.jsonl'}")
     scored = _problems(ctx, 'scored', rows, 'point paths.scored at miniF2F (minif2f_dsp15.jsonl)')
-    protected = _problems(ctx, 'protected', rows, 'point paths.protected at all of miniF2F')
+    if not p['protected'] and ctx.verifier['verify_backend'] == 'arith':   # nothing to protect: the checker refuses miniF2F by name
+        rows.append(row('protected', 'OK', 'not set: the arith checker refuses every problem outside its fragment, miniF2F included')); protected = None
+    else: protected = _problems(ctx, 'protected', rows, 'point paths.protected at all of miniF2F')
     if scored is not None and p['scored_split']:
         scored = [q for q in scored if q['split'] == p['scored_split']]
         if not scored: rows.append(row('scored', 'FAIL', f"no problem of split {p['scored_split']!r}", 'fix paths.scored_split'))

@@ -28,7 +28,7 @@ os.environ.setdefault('OMP_NUM_THREADS', '1'); os.environ.setdefault('TOKENIZERS
 RECIPE = dict(
     seed=1, hidden_size=64, num_hidden_layers=2, vocab_size=512,
     scored={'2+2': 128}, pool={'2+2': 600}, warm={'1+1': 100, '2+1': 300, '1+2': 300, '2+2': 300},
-    warm_epochs=25, warm_lr=1e-2, warm_batch_tokens=2048, warm_forms=['exact'], warm_comments=[''],
+    warm_epochs=25, warm_lr=1e-2, warm_batch_tokens=2048, warm_forms=['exact'], warm_comments=[''], warm_each_form=False,
     rounds=3, n=8, max_new_tokens=24, eval_max_new_tokens=None, n_e=4, eval_seed=1234, chunk_problems=64,
     lo=0.0, hi=0.75, max_problems=600, max_per_problem=4, rank='shortest',
     lr=1e-2, epochs=6, lora_r=16, lora_alpha=32, batch_tokens=2048, pack_tokens=256,
@@ -86,7 +86,9 @@ def warm_start(R:dict, sets:dict, cache:Path) -> Path:
     if (base/'config.json').exists(): return base
     shutil.rmtree(cache, ignore_errors=True); cache.mkdir(parents=True)
     tiny = build_arith_model(cache/'tiny', R['seed'], R['hidden_size'], R['num_hidden_layers'], R['vocab_size'])
-    m = train_lora(tiny, warm_rows(sets['warm'], None, tuple(R['warm_forms']), tuple(R['warm_comments'])), cache/'warm', lr=R['warm_lr'], epochs=R['warm_epochs'], full_finetune=True,
+    rows = ([r for f in R['warm_forms'] for r in warm_rows(sets['warm'], None, (f,), tuple(R['warm_comments']))] if R['warm_each_form']
+            else warm_rows(sets['warm'], None, tuple(R['warm_forms']), tuple(R['warm_comments'])))
+    m = train_lora(tiny, rows, cache/'warm', lr=R['warm_lr'], epochs=R['warm_epochs'], full_finetune=True,
                    batch_tokens=R['warm_batch_tokens'], pack_tokens=R['pack_tokens'], schedule='constant', warmup_ratio=0.0,
                    seed=R['seed'], save_every=0, log_every=10**9)
     (cache/'warm.json').write_text(json.dumps({k: v for k, v in m.items() if k != 'history'} | {'loss': m['history']['loss'][::10]}))
@@ -147,7 +149,9 @@ def one_round(R:dict, r:int, model:Path, base:Path, sets:dict, out:Path, mutant)
 
 def evaluate(R:dict, model:Path, sets:dict, out:Path, r:int) -> dict:
     with Phase(f'r{r} eval'):
-        _, verdicts = sample(model, sets['scored'], out/f'eval_{r:02d}', R['n_e'], R['eval_seed'], R, r, R['eval_max_new_tokens'])
+        samples, verdicts = sample(model, sets['scored'], out/f'eval_{r:02d}', R['n_e'], R['eval_seed'], R, r, R['eval_max_new_tokens'])
+    print(json.dumps({'round': r, 'eval_capped_frac': round(sum(s['capped'] for s in samples) / max(1, len(samples)), 4),
+                      'eval_refine_frac': round(sum('refine' in s['completion'] for s in samples) / max(1, len(samples)), 4)}), flush=True)
     return solved(verdicts), sum(v['verdict'] == 'pass' for v in verdicts) / max(1, len(verdicts))
 
 
@@ -182,7 +186,7 @@ def main(argv=None):
     sets = write_sets(R, out)
     keyed = {k: R[k] for k in ('seed', 'hidden_size', 'num_hidden_layers', 'vocab_size', 'warm', 'warm_epochs', 'warm_lr',
                                'warm_batch_tokens', 'pack_tokens', 'scored', 'pool')}
-    keyed |= {k: R[k] for k in ('warm_forms', 'warm_comments') if R[k] != RECIPE[k]}
+    keyed |= {k: R[k] for k in ('warm_forms', 'warm_comments', 'warm_each_form') if R[k] != RECIPE[k]}
     warm_key = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:12]
     with Phase('warm start'):
         base = warm_start(R, sets, Path(a.cache)/warm_key)

@@ -329,16 +329,22 @@ MUTANTS = [
       'a REPL checkout at another tree is accepted', 'tests/test_realrun.py -k another_tree', NB),
     M('cache-miss-aborts', 'nbs/setup_lean.ipynb', "    if rc and step is not None and step.may_fail:", "    if False:",
       "the fork's expected cache miss aborts the set-up before lake build", 'tests/test_realrun.py -k cache_miss', NB),
-    # ---- the science of the loop (issue 29): the learning demo must stop learning under each of these; caught ONLY by
-    #      tests/test_science_learning.py (an `ei run` of configs/demo_learn.toml), not by the unit tests above
+    # ---- the science of the loop (issue 29): the learning demo must stop learning under each of these, and only
+    #      tests/test_science_learning.py (real `ei run`s of configs/demo_learn.toml and demo_learn_forms.toml) is asked.
+    #      Three are wiring faults in a stage's runner, below its examples: a stage notebook runs its own examples every time
+    #      the driver executes it, so the same fault in the library code (keep-longest-first, select-lo-inclusive,
+    #      avg-weights-swapped above) already stops the run at that stage; the runner is what only the science can check.
     M('learn-prompt-loss', ROWS, "mask = [j >= examples[i]['n_prompt'] for", 'mask = [j >= 0 for',
-      'the loss is computed on the prompt tokens too', *LEARN_T),
-    M('learn-keep-longest', SFT, "'shortest': lambda sv: (sv[0]['n_tokens'], sv[0]['sample_idx'])",
-      "'shortest': lambda sv: (-sv[0]['n_tokens'], sv[0]['sample_idx'])", 'the keep rule takes the longest proofs', *LEARN_T),
-    M('learn-band-solved', SEL, 'band = {n for n, p in rate.items() if lo < p <= hi}', 'band = {n for n, p in rate.items() if p > hi}',
-      'the band selects the solved problems (p > hi) instead of lo < p <= hi', *LEARN_T),
-    M('learn-ftw0', AVG, 'try: w = float(ft_weight)', 'try: w = 0.0 * float(ft_weight)',
-      'averaging with ft_weight 0: every round hands on the anchor (the base model)', *LEARN_T),
+      'the loss is computed on the prompt tokens too (rows is a library: no stage runs its examples)', *LEARN_T),
+    M('learn-keep-longest', SFT, 'rows, stats = build_sft_rows(read_problems(problems_path)',
+      "_RANK_KEYS['shortest'] = lambda sv: (-sv[0]['n_tokens'], sv[0]['sample_idx'])\nrows, stats = build_sft_rows(read_problems(problems_path)",
+      'the keep rule the round uses takes the longest proofs', *LEARN_T),
+    M('learn-band-solved', SEL, 'summary, table = run_select(pool_path, results_path, _R.selected, protected_paths, lo, hi,',
+      'summary, table = run_select(pool_path, results_path, _R.selected, protected_paths, hi, 1.0,',
+      'the round selects the solved end (hi < p <= 1) instead of the band lo < p <= hi', *LEARN_T),
+    M('learn-ftw0', AVG, 'result = average_checkpoints(anchor_dir, finetuned_dir, out_dir, ft_weight, threads=threads, force=force)',
+      'result = average_checkpoints(anchor_dir, finetuned_dir, out_dir, 0.0, threads=threads, force=force)',
+      'the round averages with ft_weight 0: every round hands on the anchor (the base model)', *LEARN_T),
     # ---- issue 28 part 5: a locked confirmation cannot be edited silently
     M('lock-report-unchecked', 'nbs/confirm.ipynb', "    if C.lock.is_file() and bad: raise StageFailed(", "    if False and bad: raise StageFailed(",
       '`ei confirm report` renders a confirmation whose locked files changed', 'tests/test_confirm.py -k report_renders', NB),

@@ -129,3 +129,39 @@ def test_the_stages_verifier_settings_reach_the_arith_checker():
         assert v.identity['backend'] == 'arith'
         assert check(v, p, '  exact ⟨42, by norm_num⟩')['verdict'] == 'pass'
         assert check(v, p, '  exact ⟨43, by norm_num⟩')['verdict'] == 'fail'
+
+
+def test_conjectures_outside_the_fragment_are_rejected_by_the_checker_not_a_crash():
+    "The conjecture stage's statement checks on this back-end: an in-fragment conjecture elaborates, anything else is `not_elaborated`."
+    from ei_nb.conjecture import HARD_END, check_candidates, elaborate
+    seed = arith_problem([47, 38])
+    prompt = {'name': 'cprompt_r01_0000', 'header': ARITH_HEADER, 'formal_statement': seed['formal_statement'], 'seed': seed['name'],
+              'lemma': 'Exists.intro', 'lemma_statement': 'theorem Exists.intro', 'seed_code': '', 'turn_prompt': ''}
+    # in the fragment: accepted. (The stage's too-easy bundle `first | (norm_num; done) | ...` is outside the checker's grammar,
+    # so no conjecture of the fragment is `too_easy` here; a real Lean's norm_num would close all of them by `exists_eq'`.)
+    written = {' add_123_456 : ∃ n : ℕ, 123 + 456 = n': 'accepted',          # in the fragment: a harder sum
+               ' t (x : ℕ) : x + 0 = x': 'not_elaborated',                       # a variable: outside
+               ' t : ∃ n : ℕ, 9 - 4 = n': 'not_elaborated',                     # subtraction: outside
+               ' t : ∃ n : ℤ, 1 + 1 = n': 'not_elaborated',                     # another type: outside
+               ' t : 2 + 2 = 4': 'not_elaborated'}                              # no witness to name: outside
+    gens = [{'name': prompt['name'], 'sample_idx': i, 'completion': w + '\n' + HARD_END, 'capped': False} for i, w in enumerate(written)]
+    cands = check_candidates(gens, {prompt['name']: prompt}, set(), (), 1)
+    assert [c['status'] for c in cands] == ['accepted'] * len(written)     # the text rules pass them all: the checker must decide
+    with arith_verifier() as v:
+        got = [elaborate(c['problem'], v.backend, 10, 10)[0] for c in cands]
+        assert got == list(written.values())
+        with pytest.raises(OutsideFragment, match='outside the arith fragment'):   # and the prover refuses one by name, never passes it
+            v.verify_one(cands[1]['problem'], {'name': cands[1]['problem']['name'], 'sample_idx': 0, 'completion': '```lean4\n```'})
+
+
+def test_doctor_needs_no_protected_set_for_the_arith_checker():
+    "The learning demo sets no protected files: with the arith back-end that is OK (it refuses miniF2F by name); with another it is a FAIL."
+    import copy
+    from pathlib import Path
+    from ei_nb.config import load_config
+    from ei_nb.doctor import Context, check_problems
+    cfg = load_config(Path(__file__).resolve().parents[1]/'configs'/'demo_learn.toml')
+    row = lambda c: next(r for r in check_problems(Context(c, '/tmp/ei_doctor_arith')) if r['check'] == 'protected')
+    assert row(cfg)['status'] == 'OK' and 'arith checker refuses' in row(cfg)['detail']
+    other = copy.deepcopy(cfg); other['verify']['backend'] = 'known'
+    assert row(other)['status'] == 'FAIL', row(other)
