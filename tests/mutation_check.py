@@ -297,7 +297,7 @@ MUTANTS = [
     # ---- exit codes (core, cli)
     M('exit-stagefailed-2', 'nbs/core.ipynb', 'finished stage (exit 3)."\n    exit_code = 3', 'finished stage (exit 3)."\n    exit_code = 2',
       'a failed stage exits 2', *EXIT_T, NB),
-    M('exit-datastop-3', 'nbs/core.ipynb', 'data rule (exit 4)."\n    exit_code = 4', 'data rule (exit 4)."\n    exit_code = 3',
+    M('exit-datastop-3', 'nbs/core.ipynb', 'the numbers that show why."\n    exit_code = 4', 'the numbers that show why."\n    exit_code = 3',
       'a data stop exits 3', *EXIT_T, NB),
     M('exit-badinput-1', 'nbs/core.ipynb', 'used as given (exit 2)."\n    exit_code = 2', 'used as given (exit 2)."\n    exit_code = 1',
       'bad input exits 1', *EXIT_T, NB),
