@@ -18,6 +18,9 @@ import json, os, subprocess, sys
 from pathlib import Path
 import pytest
 
+# two real runs, about 5 CPU minutes each: kept out of the CI suite's 30 minutes; run with  python -m pytest -m slow tests/test_science_learning.py
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIG, FORMS = REPO/'configs'/'demo_learn.toml', REPO/'configs'/'demo_learn_forms.toml'
 ENTRY = 'import sys; from ei_nb.cli import _entry; sys.argv[0] = "ei"; _entry()'
