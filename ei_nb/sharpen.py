@@ -325,6 +325,6 @@ def uplift_cli(argv:list[str]) -> dict:
     kept = [(r['name'], r['sample_idx']) for _, r in iter_jsonl(a.sft)] if a.sft else []
     ranked, report = uplift_report(read_logprobs(a.before), read_logprobs(a.after), kept)
     out = Path(a.out_dir)
-    atomic_write_json(_R.uplift_json, report | {'before': str(a.before), 'after': str(a.after), 'sft': a.sft})
+    atomic_write_json(out/'uplift.json', report | {'before': str(a.before), 'after': str(a.after), 'sft': a.sft})
     save_uplift_png(uplift_table(ranked), out/'uplift.png')
     return report['summary'] | {'out_dir': str(out)}

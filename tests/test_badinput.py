@@ -329,8 +329,8 @@ def test_confirm_status_detects_edited_registration(tmp_path):
     assert json.loads(ok.stdout.splitlines()[-1])['mismatches'] == []
     reg = json.loads((cdir/'registration.json').read_text())
     atomic_write_json(cdir/'registration.json', {**reg, 'n': 2})
-    st = json.loads(ei('confirm', 'status', '--run-dir', tmp_path/'run').stdout.splitlines()[-1])
-    assert any('edited after registration' in m for m in st['mismatches'])
+    st = ei('confirm', 'status', '--run-dir', tmp_path/'run')
+    assert st.returncode == 3 and 'edited after registration' in st.stderr, (st.returncode, st.stderr)
     before = snapshot(tmp_path)
     res = ei('confirm', 'run', '--run-dir', tmp_path/'run', '--force-rerun', '--reason', 'x', '--no-report')
     refused(res, before, tmp_path, 'registration.json was edited after registration', rc=3)

@@ -24,7 +24,8 @@ def test_every_stage_has_declared_outputs():
 
 def _round_files(R) -> dict:
     "Every file or folder a `RoundLayout` property names, by property."
-    names = [n for n, v in vars(RoundLayout).items() if isinstance(v, property) and n not in ('dir', 'eval', 'stages', 'partial', 'manifest')]
+    # logs/ holds the managed servers' logs, appended to by every try of a stage: diagnostics that --redo keeps
+    names = [n for n, v in vars(RoundLayout).items() if isinstance(v, property) and n not in ('dir', 'eval', 'stages', 'partial', 'manifest', 'logs')]
     return {n: getattr(R, n) for n in names}
 
 
