@@ -13,8 +13,7 @@ Then, per run: S_0..S_R, the stop decision, McNemar of the last round against th
 of the same number (the same scored set, the same eval seed and settings), and the option's own counts (corrections verified, DPO
 pairs, conjectures kept, uplift). Writes RUNS/options_effect.json and prints a markdown table.
 
-Kept to rerun the comparison after the method-fidelity changes of issue 30 land ("before the fidelity fix" numbers are
-in /work/notes/29_learn.md).
+Kept to rerun the comparison after method changes (measured numbers: experiments/results/phaseB.md).
 """
 import argparse, json, os, shutil, subprocess, sys, time
 from pathlib import Path

@@ -1,7 +1,7 @@
 """Paraphrases of Lean theorem statements for the structural near-duplicate key (issue 30, point 8), and the
 measurement: `python tests/paraphrase.py` prints how many generated paraphrases of the bundled miniF2F statements the
-exact key and the structural key catch, and the false matches. Built from issue 30's prototype
-(/work/notes/30_prototype/gen.py); the key under test is `ei_nb.near_dup.structural_key`.
+exact key and the structural key catch, and the false matches. Built from issue 30's prototype generator;
+the key under test is `ei_nb.near_dup.structural_key`.
 
 Kinds of paraphrase (each keeps the theorem the same):
 - rename: every binder name (variables and hypotheses) consistently replaced by a fresh name;
