@@ -4,13 +4,14 @@ e2cdc1f (PR #56, 2025-10-24) it adds the split-off lines back to every position 
 positions count from the first line after the imports. Two stand-ins, one per convention, answer with the fake REPL's reply
 (tests/fake_repl.py, the recorded v4.9.0-rc1 protocol); the `server` back-end learns each one's convention from one probe and
 gives the verifier the same lines from both. tests/test_kimina_real.py does the same against the real server (after e2cdc1f)."""
-import contextlib, http.server, json, threading
+import http.server, json
 import pytest
 from ei_nb.lean_backends import LINE_PROBE, ServerBackend, _lead_lines
 from ei_nb.lean_reply import LeanError
 from ei_nb.setup_lean import CHECK_HEADER
 from ei_nb.verify import make_verifier
 from tests import fake_repl
+from tests.http_standin import serving
 from tests.test_kimina_real import _problem_and_sample
 
 
@@ -34,16 +35,7 @@ class Kimina(http.server.BaseHTTPRequestHandler):
         self.send_response(200); self.send_header('Content-Type', 'application/json'); self.send_header('Content-Length', str(len(out)))
         self.end_headers(); self.wfile.write(out)
 
-class Server(http.server.ThreadingHTTPServer):
-    request_queue_size = 128   # many checks at once, as uvicorn's backlog takes them (the default 5 resets connections)
-
-@contextlib.contextmanager
-def kimina(convention):
-    h = type('H', (Kimina,), {'convention': convention, 'seen': []})
-    srv = Server(('127.0.0.1', 0), h)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try: yield f'http://127.0.0.1:{srv.server_port}', h
-    finally: srv.shutdown(); srv.server_close()
+def kimina(convention): return serving(Kimina, convention=convention)
 
 
 @pytest.mark.parametrize('convention', ['file', 'body'])

@@ -5,13 +5,14 @@ checking server that answers 401 (kimina's server/auth.py: a wrong key). `ei eva
 exit 3 naming the error share, the most common reason and the fix; the stage keeps its finished chunks, and the rerun after
 the fix resumes and checks the `error` samples again. Sampling goes through the `served` sampler and the stand-in
 `vllm serve` (tests/fake_vllm.py) with canned proofs, so every sample reaches the checker."""
-import contextlib, http.server, json, sys, threading
+import http.server, json, sys
 from pathlib import Path
 import pytest
 from ei_nb.core import StageFailed, read_problems, read_samples, read_verdicts, shared_data, write_records
 
 ROOT = Path(__file__).resolve().parent.parent
 from tests import fake_repl
+from tests.http_standin import serving
 
 SERVE = {'vllm_bin': f'{sys.executable} {ROOT / "tests" / "fake_vllm.py"}', 'deadline': 120, 'grace': 5}
 
@@ -33,16 +34,7 @@ class Checker(http.server.BaseHTTPRequestHandler):
                                                 for c in body['codes']]})
         self._send(200, {'results': [{'custom_id': c['custom_id'], 'response': fake_repl.reply_for(c['proof'], 1)} for c in body['codes']]})
 
-class Server(http.server.ThreadingHTTPServer):
-    request_queue_size = 128   # many checks at once, as uvicorn's backlog takes them (the default 5 resets connections)
-
-@contextlib.contextmanager
-def checker(mode):
-    h = type('H', (Checker,), {'mode': mode, 'seen': []})
-    srv = Server(('127.0.0.1', 0), h)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try: yield f'http://127.0.0.1:{srv.server_port}', h
-    finally: srv.shutdown(); srv.server_close()
+def checker(mode): return serving(Checker, mode=mode)
 
 
 @pytest.fixture
