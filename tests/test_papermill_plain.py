@@ -56,3 +56,9 @@ def test_plain_papermill_runs_the_stage_on_its_defaults(nb, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     executed = json.loads(out.read_text(encoding='utf-8'))
     assert executed['metadata']['papermill']['exception'] in (False, None)
+
+
+@pytest.mark.parametrize('nb', sorted(NBS.glob('*.ipynb')), ids=lambda p: p.stem)
+def test_every_notebook_names_its_kernel(nb):
+    "Any notebook may be run alone with plain `papermill NB OUT`, which needs the notebook's own kernelspec."
+    assert json.loads(nb.read_text(encoding='utf-8'))['metadata'].get('kernelspec', {}).get('name') == 'python3', nb.name
