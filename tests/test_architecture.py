@@ -13,12 +13,12 @@ def imported_modules(path:Path) -> set:
     "The `ei_nb` modules that `path` imports anywhere (top level or inside a function)."
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            parts = ([node.module] if node.module else []) if node.level else ([node.module] if (node.module or '').startswith('ei_nb') else [])
-            for m in parts:
-                rest = m.split('.')[1:] if m.startswith('ei_nb') else m.split('.')
-                out |= {rest[0]} if rest else {a.name for a in node.names}
-            if node.level and not node.module: out |= {a.name for a in node.names}
+        if isinstance(node, ast.ImportFrom) and node.level:            # from .x import y, from . import x
+            out |= {node.module.split('.')[0]} if node.module else {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module == 'ei_nb':  # from ei_nb import x
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or '').startswith('ei_nb.'):
+            out.add(node.module.split('.')[1])
         elif isinstance(node, ast.Import):
             out |= {a.name.split('.')[1] for a in node.names if a.name.startswith('ei_nb.')}
     return (out & set(MODULES)) - {path.stem}
