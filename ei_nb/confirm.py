@@ -483,10 +483,11 @@ def run_confirmation(run_dir, # the run folder holding confirm/registration.json
     atomic_write_json(C.result, res)
     summary = {'model_solved': res['scores']['model']['solved'], 'baseline_solved': res['scores']['baseline']['solved'],
                'b': res['mcnemar']['b'], 'c': res['mcnemar']['c'], 'p_value': res['mcnemar']['p_value'], 'outcome': res['outcome']}
+    files = lock_hashes(C)   # each locked file read once; the older keys repeat two of them for locks read by earlier code
     atomic_write_json(C.lock, {'registration_id': reg['registration_id'], 'attempt': attempt, 'locked_utc': _now(),
-                               'registration_sha256': sha256_file(C.registration),
-                               'result_sha256': sha256_file(C.result), 'verdicts_sha256': res['verdicts_sha256'],
-                               'files_sha256': lock_hashes(C), 'summary': summary})
+                               'registration_sha256': files['registration.json'],
+                               'result_sha256': files['result.json'], 'verdicts_sha256': res['verdicts_sha256'],
+                               'files_sha256': files, 'summary': summary})
     _log(cdir, 'run_finished', attempt=attempt, registration_id=reg['registration_id'], forced=force_rerun, reason=reason, result=summary)
     out = {'status': 'confirmed', 'attempt': attempt, **summary, 'net': res['mcnemar']['net'], 'n_problems': res['n_problems'],
            'result': str(C.result)}
