@@ -1,4 +1,4 @@
-"""Benchmark of 02b_dpo against 02_sft on CPU: time and peak memory per row, same model, same rows.
+"""Benchmark of training/dpo against 02_sft on CPU: time and peak memory per row, same model, same rows.
 
     OMP_NUM_THREADS=1 python bench/bench_dpo.py [--rows 48] [--hidden 64] [--layers 2] [--out FILE]
 

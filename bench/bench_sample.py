@@ -19,7 +19,7 @@ from pathlib import Path
 
 os.environ.setdefault('OMP_NUM_THREADS', '1')
 from ei_nb.core import read_problems, read_samples, shared_data
-from ei_nb.sample import DelayVerifier, SampleParams, TransformersSampler, run_pipeline
+from ei_nb.samplers import DelayVerifier, SampleParams, TransformersSampler, run_pipeline
 from ei_nb.tiny import build_tiny_model
 from ei_nb.verify import make_verifier
 

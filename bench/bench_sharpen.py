@@ -1,4 +1,4 @@
-"""Benchmark of the uplift-rate diagnostic (07_sharpen) against 02_sft training on CPU, and its projection to the
+"""Benchmark of the uplift-rate diagnostic (03c_sharpen) against 02_sft training on CPU, and its projection to the
 reference setting.
 
     OMP_NUM_THREADS=1 python bench/bench_sharpen.py [--rows 96] [--epochs 2] [--run-dir RUN] [--out FILE]
@@ -13,12 +13,12 @@ and reports the diagnostic's cost as a fraction of the SFT run (wall, and CPU se
 with a shared machine's load), and scoring vs training tokens per CPU second.
 
 With `--run-dir` (a finished `ei run` with `[sharpen] enabled = true`, e.g. configs/demo_unlikely.toml) it
-also reads, per round, the wall seconds of the 07_sharpen and 02_sft stages from their stage.json files:
+also reads, per round, the wall seconds of the 03c_sharpen and 02_sft stages from their stage.json files:
 the diagnostic's cost as a fraction of the round's SFT in the same run (kernel start and imports included).
 
 `projection` is the ETA's compute model (`ei_nb.eta`: `stage_work`, `model_seconds`) on the reference config
 configs/goedel8b.toml with the diagnostic switched on (`--set sharpen.enabled=true`), at P = 300 selected
-problems: 07_sharpen scores min(max_samples, P x correct_per_problem) samples twice at `score_speedup` x the
+problems: 03c_sharpen scores min(max_samples, P x correct_per_problem) samples twice at `score_speedup` x the
 training rate r_tr (forward only: 2 (forward + backward) to 3 (with the recomputed forward of gradient
 checkpointing)), against 02_sft's training time. It is a PROJECTION, not a measurement, printed for the
 default cap (400) and uncapped. The CPU ratio on the tiny model is printed beside it, not used (a 64-wide
@@ -51,7 +51,7 @@ def score(model_dir, tok, rows):
 
 
 def projection(config: Path, P: int = 300) -> dict:
-    "07_sharpen against 02_sft by the ETA's compute model on `config` (the diagnostic switched on), per cap and scoring speed-up."
+    "03c_sharpen against 02_sft by the ETA's compute model on `config` (the diagnostic switched on), per cap and scoring speed-up."
     from ei_nb.config import load_config
     from ei_nb.eta import model_seconds, stage_work
     out = {'config': str(config), 'P': P}
@@ -59,23 +59,23 @@ def projection(config: Path, P: int = 300) -> dict:
         for k in (2.0, 2.5, 3.0):
             cfg = load_config(config, [f'sharpen.enabled=true', f'sharpen.max_samples={cap}', f'eta.score_speedup={k}'], warn=lambda m: None)
             t_sft = model_seconds('02_sft', cfg, stage_work('02_sft', cfg, P, 244))
-            work = stage_work('07_sharpen', cfg, P, 244)
-            t_diag = model_seconds('07_sharpen', cfg, work)
+            work = stage_work('03c_sharpen', cfg, P, 244)
+            t_diag = model_seconds('03c_sharpen', cfg, work)
             out[f'max_samples={cap or "all"}, score_speedup={k}'] = {'samples_scored': work, 't_sft_h': round(t_sft / 3600, 3),
                                                                       't_diagnostic_h': round(t_diag / 3600, 3), 'fraction_of_sft': round(t_diag / t_sft, 4)}
     return out
 
 
 def run_fractions(run_dir: Path) -> dict:
-    "Per round of a finished run: wall seconds of 07_sharpen and 02_sft (their stage.json) and the ratio."
+    "Per round of a finished run: wall seconds of 03c_sharpen and 02_sft (their stage.json) and the ratio."
     from ei_nb.layout import RunLayout, read_stage_json
     L, out = RunLayout(run_dir), {}
     for r in L.rounds():
-        sh, sft = (read_stage_json(L.round(r).stage_json(s)) for s in ('07_sharpen', '02_sft'))
+        sh, sft = (read_stage_json(L.round(r).stage_json(s)) for s in ('03c_sharpen', '02_sft'))
         if sh and sft:   # stage.json: the runner's own work; the marker: the whole step (kernel start and library cells included)
-            mk = {s: json.loads(L.round(r).marker(s).read_text())['wall_s'] for s in ('07_sharpen', '02_sft')}
+            mk = {s: json.loads(L.round(r).marker(s).read_text())['wall_s'] for s in ('03c_sharpen', '02_sft')}
             out[f'round {r}'] = {'07_sharpen_stage_s': sh['wall_s'], '02_sft_stage_s': sft['wall_s'], 'fraction_stage': sh['wall_s'] / sft['wall_s'],
-                                 '07_sharpen_step_s': mk['07_sharpen'], '02_sft_step_s': mk['02_sft'], 'fraction_step': mk['07_sharpen'] / mk['02_sft'],
+                                 '07_sharpen_step_s': mk['03c_sharpen'], '02_sft_step_s': mk['02_sft'], 'fraction_step': mk['03c_sharpen'] / mk['02_sft'],
                                  'scoring_s': sh['headline'].get('score_s'), 'samples': sh['headline'].get('samples')}
     summary = json.loads(L.summary.read_text()) if L.summary.exists() else {}
     if summary.get('wall_s'):

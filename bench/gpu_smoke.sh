@@ -64,7 +64,7 @@ problems = [q for q in read_problems(shared_data('minif2f_dsp15.jsonl')) if q['s
 
 @step('sample')
 def _():
-    from ei_nb.sample import TransformersSampler, SampleParams
+    from ei_nb.samplers import TransformersSampler, SampleParams
     smp = TransformersSampler(base, device=dev.type, dtype=dtype)
     assert smp.model.dtype == DT
     prompts = [render_prompt(q, smp.tokenizer, 'completion') for q in problems]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from .core import BadInput, fsync_dir, sha256_json
 from .average_io import ALIGN, Buf, Src, Dst, Windows, sha256_stream
-from .average_kernel import DTYPE_KIND, c_kernel, kernel_name
+from .average_io import DTYPE_KIND, c_kernel, kernel_name
 
 # %% auto #0
 __all__ = ['ITEMSIZE', 'FLOATS', 'SINGLE', 'INDEX', 'FORMATS', 'TIED', 'FORMULA', 'COPY_FILES', 'TensorRef', 'read_header',

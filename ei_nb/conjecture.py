@@ -451,8 +451,8 @@ def run_conjecture(problems_path, verdicts_path, # the pool and the latest verdi
                    proof_hi:float=PROVER_HI, max_proofs:int=4, # prover rows: conjectures proved at a rate in (0, proof_hi], distinct proofs each
                   ) -> dict:
     "Conjecture, check, prove and keep into the round folder `out_dir`; the counts (the stage's `stage.json` numbers)."
-    from ei_nb.sample import SampleParams, open_verifier
-    from ei_nb.served import open_sampler
+    from ei_nb.samplers import SampleParams, open_verifier
+    from ei_nb.remote_samplers import open_sampler
     from ei_nb.verify import VerifierSettings
     R, tok, verifier = RoundLayout.in_folder(out_dir), load_tokenizer(model_dir), verifier or VerifierSettings()
     job = dict(sampler=sampler, sampler_options=sampler_options, prompt_style=prompt_style, chunk_problems=chunk_problems,

@@ -46,7 +46,7 @@ def correction_candidates(problems:list[dict], samples:list[dict], verdicts:list
 # %% ../nbs/01c_correct.ipynb #c7c2502a
 def correction_prompt(problem:dict, sample:dict, verdict:dict, tokenizer=None, style:str='chat') -> str:
     "The text a model continues to correct `sample` (failed with `verdict`) of `problem`."
-    msgs = verdict.get('messages')   # Lean's (errors whole, see 01a_lean_reply); an incomplete proof has none: Goedel's empty section
+    msgs = verdict.get('messages')   # Lean's (errors whole, see verifier/lean_reply); an incomplete proof has none: Goedel's empty section
     if msgs is None and not (verdict.get('reason') or '').startswith(LEAN_SORRY): msgs = [{'severity': 'error', 'text': verdict['reason']}]
     feedback = error_feedback(verdict.get('proof') or '', msgs or [], omitted=verdict.get('messages_omitted', 0))
     if style == 'completion':
@@ -103,7 +103,7 @@ def run_correct(problems_path, samples_path, verdicts_path, # the round's proble
                 prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.75, max_tokens:int=SFT_MAX_TOKENS,
                 protected=(), log=print, progress:bool|None=None) -> dict:
     "Correct the round's Lean failures into the round folder `out_dir`; the counts (the stage's `stage.json` numbers)."
-    from ei_nb.sample import SampleParams
+    from ei_nb.samplers import SampleParams
     from ei_nb.sample_job import sample_and_verify
     R, tok = RoundLayout.in_folder(out_dir), load_tokenizer(model_dir)
     problems = read_problems(problems_path)

@@ -247,7 +247,7 @@ def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF
     started, source = started or time.time(), problems if isinstance(problems, (str, Path)) else None
     problems, files = check_scored_set(read_problems(source) if source else list(problems), allow_test_selection), EvalLayout(Path(out_dir))
     if verify_backend == 'none': log('eval: verify backend none runs the pre-check only: no sample can pass')
-    from ei_nb.sample import SampleParams, verifier_of   # here, not at the top: `ei stats` and `ei select` start without it
+    from ei_nb.samplers import SampleParams, verifier_of   # here, not at the top: `ei stats` and `ei select` start without it
     from ei_nb.sample_job import sample_and_verify
     verifier = {'backend': verify_backend, 'lean_project': str(lean_project) if lean_project else None, 'workers': workers,
                 'timeout': timeout, 'endpoints': list(endpoints or []), 'policy': policy}

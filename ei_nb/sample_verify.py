@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 from .core import POOL_CAP, BadInput, read_problems, read_samples, read_verdicts
-from .sample import SampleParams, verifier_of
+from .samplers import SampleParams, verifier_of
 from .sample_job import sample_and_verify
 from .eval import problem_counts, plot_pass_counts
 from .layout import RoundLayout

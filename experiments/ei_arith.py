@@ -3,7 +3,7 @@
 
 It uses the package's own pieces for every step: `ei_nb.arith` (sets, digit tokenizer, model, the checker behind the
 real `Verifier`), `ei_nb.train.train_lora` (warm start: full fine-tune; rounds: LoRA, completion-only loss, merge and
-export), `ei_nb.sample.run_pipeline` with the transformers sampler (completion prompts, pipelined verification),
+export), `ei_nb.samplers.run_pipeline` with the transformers sampler (completion prompts, pipelined verification),
 `ei_nb.select.select_problems` (the band), `ei_nb.sft.build_sft_rows` (keep rules), `ei_nb.average.average_checkpoints`
 (ft_weight toward the base) and `ei_nb.report.mcnemar_table`.
 
@@ -100,7 +100,7 @@ def sample(model:Path, problems:list, out:Path, n:int, seed:int, R:dict, round_i
     "n samples per problem, verified by the arith checker through the real Verifier path."
     from ei_nb.arith import arith_verifier
     from ei_nb.core import read_samples, read_verdicts
-    from ei_nb.sample import SampleParams, TransformersSampler, run_pipeline
+    from ei_nb.samplers import SampleParams, TransformersSampler, run_pipeline
     smp = TransformersSampler(model)
     with arith_verifier() as ver:
         run_pipeline(problems, smp, out/'samples.jsonl', SampleParams(n, 1.0, 0.95, cap or R['max_new_tokens'], seed), round_idx,

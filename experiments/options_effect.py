@@ -61,7 +61,7 @@ def option_counts(run_dir:Path, rounds:int) -> list[dict]:
         if (c := headline(run_dir, r, '00b_conjecture')):
             n = {**c.get('headline', {}), **c.get('detail', {})}
             row |= {f'conj_{k}': n.get(k) for k in ('seeds', 'prompts', 'generated', 'parsed', 'elaborated', 'proved', 'kept', 'candidates')}
-        if (c := headline(run_dir, r, '07_sharpen')):
+        if (c := headline(run_dir, r, '03c_sharpen')):
             row['uplift'] = c.get('headline')
         out.append(row)
     return out

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A FAKE `vllm` executable (`vllm serve MODEL_DIR [flags]`) for tests of `ei_nb.serve` and the `openai` sampler.
+"""A FAKE `vllm` executable (`vllm serve MODEL_DIR [flags]`) for tests of `ei_nb.vllm_server` and the `openai` sampler.
 It runs no GPU model: completions come from a file of canned texts, or from the tiny CPU model in MODEL_DIR.
 
 Written from vLLM 0.34.0 (the PyPI wheel, `vllm/_version.py` commit 62d4bc3c7), read for this file:

@@ -39,9 +39,9 @@ def M(name, path, old, new, what, *checks): return Mutant(name, path, old, new, 
 
 
 STOP, SEL, EVAL, REP, SFT, AVG, POL, REPLY, MRK = ('nbs/05_stop_rule.ipynb', 'nbs/00_select.ipynb', 'nbs/04_eval.ipynb',
-    'nbs/06_report.ipynb', 'nbs/02_sft.ipynb', 'nbs/03_average.ipynb', 'nbs/01a_policy.ipynb', 'nbs/01a_lean_reply.ipynb',
-    'nbs/markers.ipynb')
-ROWS, TRAIN = 'nbs/rows.ipynb', 'nbs/02a_train.ipynb'   # forward passes and their mask; the completion-only loss
+    'nbs/06_report.ipynb', 'nbs/02_sft.ipynb', 'nbs/03_average.ipynb', 'nbs/verifier/policy.ipynb', 'nbs/verifier/lean_reply.ipynb',
+    'nbs/run/markers.ipynb')
+ROWS, TRAIN = 'nbs/records/rows.ipynb', 'nbs/training/train.ipynb'   # forward passes and their mask; the completion-only loss
 F = 'tests/test_foundation.py::'
 PIN = 'tests/test_science_pins.py::'
 STOP_T = (F + 'test_stop_rule_against_reference', F + 'test_stop_cli')
@@ -56,7 +56,7 @@ KEEP_T = (PIN + 'test_build_sft_rows_default_keeps_the_four_shortest_distinct_pr
 MASK_T = (PIN + 'test_loss_mask_is_the_completion_of_each_packed_row', PIN + 'test_completion_loss_is_the_cross_entropy_of_completion_tokens')
 AVG_T = ('tests/test_average.py -k "test_bit_exact and 0.7 and BF16 or test_weights_zero_and_one or test_kernels_and_io"',)
 PRE_T = ('tests/test_verify.py -k "precheck or dsv2 or judge"',)
-TOK, VERI, REPL_NB = 'nbs/lean_tokens.ipynb', 'nbs/01a_verifier.ipynb', 'nbs/01a_lean_replay.ipynb'
+TOK, VERI, REPL_NB = 'nbs/verifier/lean_tokens.ipynb', 'nbs/verifier/verifier.ipynb', 'nbs/verifier/lean_replay.ipynb'
 L28_T = ('tests/test_policy_lean28.py',)
 SERVE27_T = ('tests/test_sampling_parity.py',)
 GUARD27_T = ('tests/test_verifier_guard.py',)
@@ -70,7 +70,7 @@ LEARN_T = ('tests/test_science_learning.py',)   # the learning demo, end to end 
 LEVER_T = ('tests/test_sharpen.py::test_summed_and_mean_ranking_disagree_on_a_crafted_problem', 'tests/test_sharpen.py::test_advantages_are_the_trainers',
            'tests/test_sharpen.py::test_weights_average_one_per_problem')
 CORR_T = ('tests/test_corrections.py::test_which_failures_qualify_as_goedels', 'tests/test_corrections.py::test_a_problem_the_round_solved_is_not_corrected')
-SHARP = 'nbs/07_sharpen.ipynb'
+SHARP = 'nbs/03c_sharpen.ipynb'
 EXIT_T = (PIN + 'test_exit_codes_of_the_cli_contract', F + 'test_console_script_exit_codes', 'tests/test_sft.py::test_sft_data_cli_exit_codes')
 
 MUTANTS = [
@@ -126,7 +126,7 @@ MUTANTS = [
     M('mcnemar-no-discordant', REP, 'if b + c == 0: return 1.0', 'if b + c == 0: return 0.0',
       'no discordant pair reads as significant', *MCN_T, NB),
     M('power-alpha-strict', REP, '<= alpha])', '< alpha])', 'power counts rejections at p < alpha only', *MCN_T, NB),
-    # ---- keep rules (02_sft), loss masking (rows, 02a_train)
+    # ---- keep rules (02_sft), loss masking (rows, training/train)
     M('keep-default-5', SFT, 'max_per_problem:int=4, # distinct proofs kept per problem at most',
       'max_per_problem:int=5, # distinct proofs kept per problem at most', 'build_sft_rows keeps 5 proofs by default', *KEEP_T, NB),
     M('keep-cli-default-5', SFT, "p.add_argument('--max-per-problem', type=positive_int, default=4)",
@@ -161,9 +161,9 @@ MUTANTS = [
     M('kernel-no-ties-to-even', 'ei_nb/kernels/average.c', 't = (t + ((1ULL << (s - 1)) - 1) + ((t >> s) & 1)) >> s;',
       't = (t + ((1ULL << (s - 1)) - 1)) >> s;', 'the C kernel breaks ties downwards',
       'tests/test_average.py::test_portable_c_kernel_is_exact', 'tests/test_average.py -k "test_bit_exact and 0.7 and F16"'),
-    M('kernel-fp-contract', 'nbs/ckernel.ipynb', "_BASE = ['-O3', '-ffp-contract=off', ", "_BASE = ['-O3', ",
+    M('kernel-fp-contract', 'nbs/records/ckernel.ipynb', "_BASE = ['-O3', '-ffp-contract=off', ", "_BASE = ['-O3', ",
       'the compiler may fuse multiply-adds (one rounding skipped)', 'tests/test_average.py -k "test_bit_exact and 0.7"'),
-    # ---- pre-check rules (01a_policy) and the verdict of Lean's reply (01a_lean_reply)
+    # ---- pre-check rules (verifier/policy) and the verdict of Lean's reply (verifier/lean_reply)
     M('precheck-skips-statement', POL, "if rule == 'statement':", "if rule == 'statement' and False:",
       'a proof of another statement reaches Lean', *PRE_T, NB),
     M('precheck-hash-commands-allowed', POL, "'set_option': 'option', '#print': 'print', '/-!': 'moddoc'}",
@@ -196,7 +196,7 @@ MUTANTS = [
       "a character literal swallows the command word glued to it (`'a'instance` one token)", *L28_T),
     M('tokens-quote-tokens-forgotten', TOK, 'self.tokens = frozenset(tokens)', 'self.tokens = frozenset(t for t in tokens if not t.endswith("\'"))',
       "tokens ending in a quote (`''`, `×'`, `∑'`…) are unknown: the `'…'` after them is misread", *L28_T),
-    # ---- the kernel replay (01a_verifier, 01a_lean_replay)
+    # ---- the kernel replay (verifier/verifier, verifier/lean_replay)
     M('replay-result-ignored', VERI, "if verdict == 'pass' and pickle: verdict, reason = self._replayed(problem, name, pickle)",
       "if verdict == 'pass' and pickle: self._replayed(problem, name, pickle)", 'a proof the kernel replay rejects passes', *REP_T, NB),
     M('replay-crash-is-a-verdict', VERI, "except (HeaderStall, ReplayError) as e: raise StageFailed", "except HeaderStall as e: raise StageFailed",
@@ -246,19 +246,19 @@ MUTANTS = [
       'tests/test_conjectures.py::test_a_paraphrased_test_problem_is_a_protected_conjecture', NB),
     M('select-structural-off', SEL, "return key in index[1] or ((k := structural_key(statement)) is not None and k in index[2])",
       'return key in index[1]', 'a paraphrased protected statement in the pool is selected', NB),
-    M('near-dup-operands-unsorted', 'nbs/near_dup.ipynb', "return f'{op}(' + ','.join(sorted(parts)) + ')'", "return f'{op}(' + ','.join(parts) + ')'",
+    M('near-dup-operands-unsorted', 'nbs/records/near_dup.ipynb', "return f'{op}(' + ','.join(sorted(parts)) + ')'", "return f'{op}(' + ','.join(parts) + ')'",
       '`b + a` no longer matches `a + b`', 'tests/test_conjectures.py::test_structural_key_catches_generated_paraphrases_of_minif2f', NB),
-    M('near-dup-hypotheses-unsorted', 'nbs/near_dup.ipynb', "tuple(sorted(canon(h, ren) for h in hyps)), canon(goal, ren))",
+    M('near-dup-hypotheses-unsorted', 'nbs/records/near_dup.ipynb', "tuple(sorted(canon(h, ren) for h in hyps)), canon(goal, ren))",
       "tuple(canon(h, ren) for h in hyps), canon(goal, ren))", 'reordered hypotheses no longer match',
       'tests/test_conjectures.py::test_structural_key_catches_generated_paraphrases_of_minif2f', NB),
     M('cap-shortest-first', SFT, "keep = set(random.Random(f'{seed}:{kind}').sample(sorted(keep, key=lambda i: (extra[i]['name'], extra[i]['sample_idx'], i)), room))",
       "keep = set(sorted(keep, key=lambda i: extra[i]['n_tokens'])[:room])", 'capped extra rows favour the shortest (easy seeds, short answers)',
       'tests/test_sft.py::test_capped_extra_rows_are_a_seeded_uniform_draw', NB),
-    M('dpo-one-run', 'nbs/02b_dpo.ipynb', 'per_band:bool=True, # each band its own run', 'per_band:bool=False, # each band its own run',
+    M('dpo-one-run', 'nbs/training/dpo.ipynb', 'per_band:bool=True, # each band its own run', 'per_band:bool=False, # each band its own run',
       'one schedule and a fixed reference span every band (the hardest trains on the decayed tail)', 'tests/test_dpo.py::test_each_band_is_its_own_run', NB),
-    M('dpo-reference-not-moved', 'nbs/02b_dpo.ipynb', 'if per_band and s in (run.start, bound[1]):', 'if per_band and s == run.start:',
+    M('dpo-reference-not-moved', 'nbs/training/dpo.ipynb', 'if per_band and s in (run.start, bound[1]):', 'if per_band and s == run.start:',
       "a band's reference is not the previous band's policy", 'tests/test_dpo.py::test_each_band_is_its_own_run', NB),
-    M('dpo-lengths-with-prompt', 'nbs/02b_dpo.ipynb', "c, r = ([p[f'{k}_tokens'] - p['n_prompt_tokens'] for p in ps] for k in ('chosen', 'rejected'))",
+    M('dpo-lengths-with-prompt', 'nbs/training/dpo.ipynb', "c, r = ([p[f'{k}_tokens'] - p['n_prompt_tokens'] for p in ps] for k in ('chosen', 'rejected'))",
       "c, r = ([p[f'{k}_tokens'] for p in ps] for k in ('chosen', 'rejected'))", 'pair lengths count the prompt', NB),
     M('correct-solved-problems', 'nbs/01c_correct.ipynb', "if v['name'] not in solved and is_fixable(v, prefixes)", 'if is_fixable(v, prefixes)',
       'failures of problems the round solved are corrected (Goedel corrects only unsolved ones)', *CORR_T, NB),
@@ -266,9 +266,9 @@ MUTANTS = [
       'incomplete proofs are not corrected (Goedel corrects them)', *CORR_T, NB),
     M('messages-cut-at-2000', REPLY, "text = m['data'] if len(m['data']) <= cap else", "text = m['data'][:2000] if len(m['data']) <= cap else",
       "Lean's messages are cut (Goedel keeps them whole)", 'tests/test_corrections.py::test_ten_whole_errors_keep_eight_and_count_the_rest', NB),
-    M('feedback-omitted-unsaid', 'nbs/prompts.ipynb', 'if (left := max(0, len(errs) - max_errors) + omitted) > 0:', 'if (left := max(0, len(errs) - max_errors)) > 0:',
+    M('feedback-omitted-unsaid', 'nbs/records/prompts.ipynb', 'if (left := max(0, len(errs) - max_errors) + omitted) > 0:', 'if (left := max(0, len(errs) - max_errors)) > 0:',
       "the errors the verdict did not keep are not counted in the turn", 'tests/test_corrections.py::test_ten_whole_errors_keep_eight_and_count_the_rest', NB),
-    M('feedback-not-goedels', 'nbs/prompts.ipynb', r"return ''.join(l + '\n' for l in out + lines[b + 1:b + 2])", r"return '\n'.join(out + lines[b + 1:b + 2])",
+    M('feedback-not-goedels', 'nbs/records/prompts.ipynb', r"return ''.join(l + '\n' for l in out + lines[b + 1:b + 2])", r"return '\n'.join(out + lines[b + 1:b + 2])",
       "the quoted block differs from Goedel-Prover-V2's by a blank line", 'tests/test_corrections.py -k goedels_byte_for_byte', NB),
     # ---- the C JSON Lines scanner: a duplicate key must send the file to the exact reader, which refuses it
     M('scan-nested-duplicate-keys', 'ei_nb/kernels/jsonl_scan.c',
@@ -279,7 +279,7 @@ MUTANTS = [
     # ---- the scanner's counting mode (ei stats, ei select): a sample twice must never be counted
     M('count-index-unchecked', 'ei_nb/kernels/jsonl_scan.c', 'if (k->row_idx <= k->last[id]) return 2;', 'if (0) return 2;',
       'a (name, sample_idx) pair written twice is counted twice', 'tests/test_jsonl_scan.py -k "counting or counts"'),
-    M('count-parts-unchecked', 'nbs/jsonl_scan.ipynb', 'if np.any(p.first <= last[k]): return None', 'if False: return None',
+    M('count-parts-unchecked', 'nbs/records/jsonl_scan.ipynb', 'if np.any(p.first <= last[k]): return None', 'if False: return None',
       'a sample repeated across the cut between two parts is counted twice', 'tests/test_jsonl_scan.py -k "counting or counts"'),
     # ---- statement keys: the kernel's plain keys (decontamination in C) and the lexer's shortcut must stay Python's keys
     M('plainkey-nbsp-not-blank', 'ei_nb/kernels/jsonl_scan.c', '(v >= 0x80 && v <= 0xA0)', '(v >= 0x80 && v < 0xA0)',
@@ -291,43 +291,43 @@ MUTANTS = [
       "if (c == '-' && last == '/') return -1;", 'a `--` comment is keyed as code in C', *PLAIN_T),
     M('plainkey-decl-lemma', 'ei_nb/kernels/jsonl_scan.c', 'else if (begins(out + p, m - p, "lemma ")) p += 6;',
       'else if (begins(out + p, m - p, "lemma ")) p += 5;', 'a `lemma` keeps its name in the C key', *PLAIN_T),
-    M('lex-shortcut-misses-char', 'nbs/lean_lex.ipynb', '''or '"' in text or "'" in text)''', '''or '"' in text)''',
+    M('lex-shortcut-misses-char', 'nbs/records/lean_lex.ipynb', '''or '"' in text or "'" in text)''', '''or '"' in text)''',
       'a char literal is taken for code (the pre-check and the key read inside it)',
       'tests/test_lean_lex.py', *PLAIN_T, NB),
     # ---- exit codes (core, cli)
-    M('exit-stagefailed-2', 'nbs/core.ipynb', 'finished stage (exit 3)."\n    exit_code = 3', 'finished stage (exit 3)."\n    exit_code = 2',
+    M('exit-stagefailed-2', 'nbs/records/core.ipynb', 'finished stage (exit 3)."\n    exit_code = 3', 'finished stage (exit 3)."\n    exit_code = 2',
       'a failed stage exits 2', *EXIT_T, NB),
-    M('exit-datastop-3', 'nbs/core.ipynb', 'the numbers that show why."\n    exit_code = 4', 'the numbers that show why."\n    exit_code = 3',
+    M('exit-datastop-3', 'nbs/records/core.ipynb', 'the numbers that show why."\n    exit_code = 4', 'the numbers that show why."\n    exit_code = 3',
       'a data stop exits 3', *EXIT_T, NB),
-    M('exit-badinput-1', 'nbs/core.ipynb', 'used as given (exit 2)."\n    exit_code = 2', 'used as given (exit 2)."\n    exit_code = 1',
+    M('exit-badinput-1', 'nbs/records/core.ipynb', 'used as given (exit 2)."\n    exit_code = 2', 'used as given (exit 2)."\n    exit_code = 1',
       'bad input exits 1', *EXIT_T, NB),
-    M('exit-main-returns-1', 'nbs/cli.ipynb', "say(f'ei {argv[0]}: error: {e}'); return e.exit_code",
+    M('exit-main-returns-1', 'nbs/records/cli.ipynb', "say(f'ei {argv[0]}: error: {e}'); return e.exit_code",
       "say(f'ei {argv[0]}: error: {e}'); return 1", 'every error exits 1', *EXIT_T, NB),
-    M('exit-interrupt-130', 'nbs/cli.ipynb', "say(f'ei {argv[0]}: interrupted'); return 143",
+    M('exit-interrupt-130', 'nbs/records/cli.ipynb', "say(f'ei {argv[0]}: interrupted'); return 143",
       "say(f'ei {argv[0]}: interrupted'); return 130", 'a SIGTERM exits 130, not 143', *EXIT_T, NB),
     # ---- issue 27: managed servers, sampling parity, the verifier guard, the checking server's lines
-    M('served-top-k-left-out', 'nbs/01b_sample.ipynb', "'top_k': params.top_k, ", '',
+    M('served-top-k-left-out', 'nbs/sampling/samplers.ipynb', "'top_k': params.top_k, ", '',
       'a sampler leaves top_k out: vllm serve fills it from the model (Qwen3: 20)', *SERVE27_T),
-    M('transformers-top-k-default', 'nbs/01b_sample.ipynb', "'top_p': f['top_p'], 'top_k': f['top_k'],", "'top_p': f['top_p'],",
+    M('transformers-top-k-default', 'nbs/sampling/samplers.ipynb', "'top_p': f['top_p'], 'top_k': f['top_k'],", "'top_p': f['top_p'],",
       "the transformers sampler keeps transformers' top_k of 50", *SERVE27_T),
-    M('server-generation-config-auto', 'nbs/serve.ipynb', "generation_config:str='vllm'", "generation_config:str='auto'",
+    M('server-generation-config-auto', 'nbs/sampling/vllm_server.ipynb', "generation_config:str='vllm'", "generation_config:str='auto'",
       "the managed server fills unsent fields from the model's generation_config.json", 'tests/test_serve.py -k flags', NB),
-    M('restart-twice-per-chunk', 'nbs/serve.ipynb', "        raise StageFailed(f'the vLLM server died again during",
+    M('restart-twice-per-chunk', 'nbs/sampling/vllm_server.ipynb', "        raise StageFailed(f'the vLLM server died again during",
       "        server.restart('again'); return run_chunk()\n        raise StageFailed(f'the vLLM server died again during",
       'a server that dies twice in a chunk is restarted forever instead of failing the stage', 'tests/test_serve.py -k "second_death or one_restart"'),
-    M('guard-never-trips', 'nbs/01a_verify.ipynb', 'if enough and self.errors > self.max_frac * self.checked', 'if False',
+    M('guard-never-trips', 'nbs/verifier/verify.ipynb', 'if enough and self.errors > self.max_frac * self.checked', 'if False',
       'a broken verifier scores the run instead of stopping it', *GUARD27_T),
-    M('guard-counts-prechecks', 'nbs/01a_verify.ipynb', "return v['verdict'] == 'fail' and not any(", "return v['verdict'] == 'fail' or not any(",
+    M('guard-counts-prechecks', 'nbs/verifier/verify.ipynb', "return v['verdict'] == 'fail' and not any(", "return v['verdict'] == 'fail' or not any(",
       'pre-check rejections dilute the error share', NB),
-    M('errors-kept-on-resume', 'nbs/01b_sample.ipynb', "if v['verdict'] != 'error'}  # checked again", "}  # checked again",
+    M('errors-kept-on-resume', 'nbs/sampling/samplers.ipynb', "if v['verdict'] != 'error'}  # checked again", "}  # checked again",
       'after the fix, the `error` samples keep their `error`', *GUARD27_T),
-    M('auth-is-a-proof-error', 'nbs/01a_lean_backends.ipynb', 'if e.code in (401, 403): raise ServerRefused(', 'if e.code in (): raise ServerRefused(',
+    M('auth-is-a-proof-error', 'nbs/verifier/lean_backends.ipynb', 'if e.code in (401, 403): raise ServerRefused(', 'if e.code in (): raise ServerRefused(',
       'a wrong API key scores every proof `error` instead of stopping', *GUARD27_T, 'tests/test_realrun.py -k refuses_the_key'),
-    M('lines-not-shifted', 'nbs/01a_lean_backends.ipynb', "return _shift_lines(reply, _lead_lines(full)) if self.conventions[i] == 'body' else reply",
+    M('lines-not-shifted', 'nbs/verifier/lean_backends.ipynb', "return _shift_lines(reply, _lead_lines(full)) if self.conventions[i] == 'body' else reply",
       'return reply', "a server counting lines after the imports (kimina before e2cdc1f) misplaces every message", 'tests/test_kimina_lines.py'),
-    M('repl-checked-by-history', 'nbs/setup_lean.ipynb', "    if tree == trees[0]: return 'tag'\n    raise BadInput(", "    if tree == trees[0]: return 'tag'\n    return 'tag'\n    raise BadInput(",
+    M('repl-checked-by-history', 'nbs/around/setup_lean.ipynb', "    if tree == trees[0]: return 'tag'\n    raise BadInput(", "    if tree == trees[0]: return 'tag'\n    return 'tag'\n    raise BadInput(",
       'a REPL checkout at another tree is accepted', 'tests/test_realrun.py -k another_tree', NB),
-    M('cache-miss-aborts', 'nbs/setup_lean.ipynb', "    if rc and step is not None and step.may_fail:", "    if False:",
+    M('cache-miss-aborts', 'nbs/around/setup_lean.ipynb', "    if rc and step is not None and step.may_fail:", "    if False:",
       "the fork's expected cache miss aborts the set-up before lake build", 'tests/test_realrun.py -k cache_miss', NB),
     # ---- the science of the loop (issue 29): the learning demo must stop learning under each of these, and only
     #      tests/test_science_learning.py (real `ei run`s of configs/demo_learn.toml and demo_learn_forms.toml) is asked.
@@ -346,11 +346,11 @@ MUTANTS = [
       'result = average_checkpoints(anchor_dir, finetuned_dir, out_dir, 0.0, threads=threads, force=force)',
       'the round averages with ft_weight 0: every round hands on the anchor (the base model)', *LEARN_T),
     # ---- issue 28 part 5: a locked confirmation cannot be edited silently
-    M('lock-report-unchecked', 'nbs/confirm.ipynb', "    if C.lock.is_file() and bad: raise StageFailed(", "    if False and bad: raise StageFailed(",
+    M('lock-report-unchecked', 'nbs/around/confirm.ipynb', "    if C.lock.is_file() and bad: raise StageFailed(", "    if False and bad: raise StageFailed(",
       '`ei confirm report` renders a confirmation whose locked files changed', 'tests/test_confirm.py -k report_renders', NB),
-    M('lock-status-exits-0', 'nbs/confirm.ipynb', "    if bad: raise StageFailed(f'{_cdir(a.run_dir)}", "    if False: raise StageFailed(f'{_cdir(a.run_dir)}",
+    M('lock-status-exits-0', 'nbs/around/confirm.ipynb', "    if bad: raise StageFailed(f'{_cdir(a.run_dir)}", "    if False: raise StageFailed(f'{_cdir(a.run_dir)}",
       '`ei confirm status` exits 0 after registration.json or a locked verdict changed', 'tests/test_confirm.py -k report_renders', NB),
-    M('lock-misses-samples', 'nbs/confirm.ipynb', "for f in (C.arm(a).samples, C.arm(a).verdicts, C.arm_done(a))]", "for f in (C.arm(a).verdicts,)]",
+    M('lock-misses-samples', 'nbs/around/confirm.ipynb', "for f in (C.arm(a).samples, C.arm(a).verdicts, C.arm_done(a))]", "for f in (C.arm(a).verdicts,)]",
       "the lock leaves the arms' samples and markers unhashed", NB),
 ]
 

@@ -123,7 +123,7 @@ def test_statement_check_and_probe_run_on_this_backend():
 
 def test_the_stages_verifier_settings_reach_the_arith_checker():
     "`verify_backend = 'ei_nb.arith:arith_verifier'` (no registration needed) gives the stages this checker."
-    from ei_nb.sample import open_verifier, verifier_of
+    from ei_nb.samplers import open_verifier, verifier_of
     p = arith_problem([12, 30])
     with open_verifier(verifier_of('ei_nb.arith:arith_verifier', workers=1)) as v:
         assert v.identity['backend'] == 'arith'

@@ -8,7 +8,7 @@ import pytest
 
 from ei_nb.average import INDEX, SINGLE, average_checkpoints, load_checkpoint, read_header, save_safetensors
 from ei_nb.average_io import ALIGN
-from ei_nb.average_kernel import kernel_name
+from ei_nb.average_io import kernel_name
 from ei_nb.cli import main
 from ei_nb.core import BadInput, sha256_file
 
@@ -151,7 +151,7 @@ def test_cold_inputs_read_with_o_direct(pairs, tmp_path):
 def test_portable_c_kernel_is_exact(pairs, tmp_path):
     "The kernel built without AVX2 (what other CPUs run: scalar C) gives the same bits as the reference."
     import ctypes, shutil as sh
-    from ei_nb.average_kernel import DTYPE_KIND
+    from ei_nb.average_io import DTYPE_KIND
     from ei_nb.ckernel import kernel_source
     if not sh.which('gcc'): pytest.skip('no gcc')
     (tmp_path / 'k.c').write_text(kernel_source('average'))
@@ -458,7 +458,7 @@ int ei_avg(int kind, int mode, const void *a, void *b, size_t n, double ca, doub
 '''
 
 # averages 1.0 and 2.0 (bf16) with weight 0.5 through the C kernel: 1.5 is 0x3fc0; the planted ei_avg leaves 0x4000
-PROBE = ('import json, numpy as np; from ei_nb.average import avg_into; from ei_nb.average_kernel import kernel_name; '
+PROBE = ('import json, numpy as np; from ei_nb.average import avg_into; from ei_nb.average_io import kernel_name; '
          'a, b = np.full(8, 0x3f80, np.uint16), np.full(8, 0x4000, np.uint16); name = kernel_name("c"); '
          'avg_into("BF16", a.view(np.uint8), b.view(np.uint8), 0.5, kernel="c"); '
          'print(json.dumps({"kernel": name, "out": int(b[0])}))')

@@ -9,7 +9,7 @@ from ei_nb.core import read_problems, read_records, shared_data, statement_key, 
 from ei_nb.conjecture import (EASY_TACTICS, HARD_END, HARD_MARK, LEMMA_MARK, EASY_MARK, add_conjecture_rows, bound_names, choose_pairs,
                               conjecture_counts, proof_lemmas, seed_proofs, uses_lemma)
 from ei_nb.lean_lex import code_only
-from ei_nb.sample import SAMPLERS, TransformersSampler
+from ei_nb.samplers import SAMPLERS, TransformersSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = [json.loads(l) for l in open(shared_data('deepseek_prover_v2_minif2f_solutions.jsonl'), encoding='utf-8')]
@@ -134,7 +134,7 @@ def pool_files(d:Path):
 
 def conjecture(tiny, d:Path, out:Path, sampler=Scripted, backend='tests.test_conjectures:stand_in', **kw):
     from ei_nb.conjecture import run_conjecture
-    from ei_nb.sample import verifier_of
+    from ei_nb.samplers import verifier_of
     from ei_nb.sft import read_protected
     SAMPLERS['scripted'] = sampler
     pool_files(d)
@@ -208,7 +208,7 @@ def test_without_lean_nothing_is_elaborated_or_kept(tiny, tmp_path):
     from ei_nb.demo import known_good_proofs
     write_records(tmp_path/'known.jsonl', known_good_proofs())
     from ei_nb.conjecture import run_conjecture
-    from ei_nb.sample import verifier_of
+    from ei_nb.samplers import verifier_of
     from ei_nb.sft import read_protected
     SAMPLERS['scripted'] = Scripted
     pool_files(tmp_path)

@@ -179,7 +179,7 @@ def round_files(d:Path, extra:int=0, solved:bool=False):
     return d/'selected.jsonl', d/'samples.jsonl', d/'verdicts.jsonl'
 
 
-from ei_nb.sample import SAMPLERS, TransformersSampler
+from ei_nb.samplers import SAMPLERS, TransformersSampler
 
 class Scripted(TransformersSampler):
     "The tiny model's tokenizer with scripted corrections (a random tiny model writes no Lean the pre-check would pass)."
@@ -192,7 +192,7 @@ class Scripted(TransformersSampler):
 
 def correct(tiny, d, out, sampler=Scripted, extra=0, solved=False, **kw):
     from ei_nb.correct import run_correct
-    from ei_nb.sample import verifier_of
+    from ei_nb.samplers import verifier_of
     SAMPLERS['scripted'] = sampler
     return run_correct(*round_files(d, extra, solved), tiny, out, 1, n=kw.pop('n', 3), max_new_tokens=12, prompt_style='completion', sampler='scripted',
                        verifier=verifier_of('tests.test_corrections:accept_all'), log=lambda *a: None, progress=False, **kw)

@@ -1,4 +1,4 @@
-"""02b_dpo across files, processes and a peer implementation: pairs from verdicts written by the real verifier
+"""training/dpo across files, processes and a peer implementation: pairs from verdicts written by the real verifier
 (fake Lean), protected problems, curriculum order, the loss against trl's DPOTrainer, the adapter-disabled
 reference against a separately loaded base model, a SIGKILL mid-training and resume, and the export round trip.
 Tiny models built in code, no downloads."""
@@ -288,7 +288,7 @@ def test_loser_prefixes_widen_the_allow_list_explicitly(records, tok):
 def test_known_verifier_rejections_are_losers_only_when_named(tok, tmp_path):
     "The real known-proof verifier: a wrong proof is `unchecked` with `DEMO_LOSER`; a `sorry` stays a pre-check cheat."
     from ei_nb.demo import build_demo_data
-    from ei_nb.known import known_proof_verifier
+    from ei_nb.known_proofs import known_proof_verifier
     from ei_nb.dpo import DEMO_LOSER, LEAN_ERROR
     demo = build_demo_data(tmp_path / 'demo')
     problems = demo['scored'][:4]
@@ -334,7 +334,7 @@ STAGE = dict(min_rows=2, min_pairs=2, max_steps=6, save_every=2, lr=1e-3, dpo_lr
 def run_stage(params: dict) -> dict:
     "Execute the runner section of nbs/02_sft.ipynb (from `## Run the stage`) in this process, `params` injected."
     import matplotlib; matplotlib.use('Agg')
-    from ei_nb.trail import runner_index
+    from ei_nb.audit_html import runner_index
     nb = json.loads((ROOT / 'nbs' / '02_sft.ipynb').read_text())
     ns = {}
     exec(PRELUDE, ns)

@@ -6,7 +6,7 @@ from ei_nb import eval as E
 from ei_nb.cli import main
 from ei_nb.core import read_problems, read_samples, read_verdicts, sha256_file, shared_data, write_records
 from ei_nb.layout import EvalLayout, read_stage_json, stage_numbers
-from ei_nb.sample import DelayVerifier
+from ei_nb.samplers import DelayVerifier
 
 ROOT = Path(__file__).resolve().parents[1]
 

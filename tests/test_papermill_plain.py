@@ -11,7 +11,7 @@ def _parameters_cell(path: Path) -> str|None:
     return next((''.join(c['source']) for c in nb['cells'] if 'parameters' in c.get('metadata', {}).get('tags', [])), None)
 
 
-STAGES = sorted(p for p in NBS.glob('*.ipynb') if _parameters_cell(p) is not None)   # every notebook papermill runs
+STAGES = sorted(p for p in NBS.rglob('*.ipynb') if _parameters_cell(p) is not None)   # every notebook papermill runs
 
 
 def tagged_parameters(path: Path) -> dict[str, str]:
@@ -58,7 +58,7 @@ def test_plain_papermill_runs_the_stage_on_its_defaults(nb, tmp_path):
     assert executed['metadata']['papermill']['exception'] in (False, None)
 
 
-@pytest.mark.parametrize('nb', sorted(NBS.glob('*.ipynb')), ids=lambda p: p.stem)
+@pytest.mark.parametrize('nb', sorted(NBS.rglob('*.ipynb')), ids=lambda p: p.stem)
 def test_every_notebook_names_its_kernel(nb):
     "Any notebook may be run alone with plain `papermill NB OUT`, which needs the notebook's own kernelspec."
     assert json.loads(nb.read_text(encoding='utf-8'))['metadata'].get('kernelspec', {}).get('name') == 'python3', nb.name

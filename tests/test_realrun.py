@@ -402,8 +402,8 @@ def test_ei_sample_with_the_openai_sampler(tiny_model_dir, serve, tmp_path):
 
 
 def test_a_dead_endpoint_costs_at_most_one_chunk(tiny_model_dir, serve, tmp_path):
-    from ei_nb.sample import SampleParams, run_pipeline
-    from ei_nb.served import OpenAISampler
+    from ei_nb.samplers import SampleParams, run_pipeline
+    from ei_nb.remote_samplers import OpenAISampler
     problems = [p for p in read_problems(shared_data('minif2f_dsp15.jsonl')) if p['split'] == 'valid'][:6]
     url, cls = serve(tiny_model_dir, fail_after=3)     # the node dies during the second chunk of two problems
     smp = OpenAISampler(tiny_model_dir, [url], retries=2, backoff=0.01, log=lambda *a: None)

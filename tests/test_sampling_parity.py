@@ -6,7 +6,7 @@ import json, sys, types
 from pathlib import Path
 import pytest
 from ei_nb.core import BadInput, read_problems, shared_data
-from ei_nb.sample import SampleParams, TransformersSampler, VllmSampler, sampling_fields, transformers_generate_kwargs
+from ei_nb.samplers import SampleParams, TransformersSampler, VllmSampler, sampling_fields, transformers_generate_kwargs
 
 ROOT = Path(__file__).resolve().parent.parent
 FIELDS = ('n', 'temperature', 'top_p', 'top_k', 'min_p', 'repetition_penalty', 'presence_penalty', 'frequency_penalty', 'stop', 'max_tokens')

@@ -1,4 +1,4 @@
-"""The managed `vllm serve` (ei_nb.serve) against tests/fake_vllm.py, a stand-in written from vLLM 0.34.0's CLI and
+"""The managed `vllm serve` (ei_nb.vllm_server) against tests/fake_vllm.py, a stand-in written from vLLM 0.34.0's CLI and
 OpenAI protocol models (see its docstring): the command and flags, the wait for `/v1/models`, failures with the log's
 tail, no process left behind (normal exit, exception, SIGTERM or SIGKILL of the holder), one restart per chunk, and
 the existing `openai` sampler sampling through it. No GPU, no network."""
@@ -6,7 +6,7 @@ import json, os, shutil, signal, subprocess, sys, time, urllib.request
 from pathlib import Path
 import pytest
 from ei_nb.core import StageFailed, read_problems, shared_data
-from ei_nb.serve import (ManagedServer, ServeSettings, group_members, http_get, server_command, vllm_server, with_restart)
+from ei_nb.vllm_server import (ManagedServer, ServeSettings, group_members, http_get, server_command, vllm_server, with_restart)
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = ROOT / 'tests' / 'fake_vllm.py'
@@ -131,7 +131,7 @@ def test_a_server_that_ignores_sigterm_is_killed_after_the_grace(fake, tmp_path,
 
 HOLDER = '''
 import json, sys, time
-from ei_nb.serve import ServeSettings, vllm_server
+from ei_nb.vllm_server import ServeSettings, vllm_server
 s = ServeSettings(vllm_bin=sys.argv[1], deadline=60, grace=5)
 with vllm_server(sys.argv[2], s, sys.argv[3]) as srv:
     print(json.dumps({'pid': srv.proc.pid}), flush=True)
@@ -179,15 +179,15 @@ def test_one_restart_per_chunk_then_the_stage_fails(fake, tmp_path, monkeypatch)
     assert group_members(srv.proc.pid) == []
 
 
-# -- the `served` sampler (ei_nb.served): the managed server behind the `openai` client, each chunk through `with_restart`
+# -- the `served` sampler (ei_nb.remote_samplers): the managed server behind the `openai` client, each chunk through `with_restart`
 
 def _problems(k):
     return [p for p in read_problems(shared_data('minif2f_dsp15.jsonl')) if p['split'] == 'valid'][:k]
 
 
 def test_a_server_killed_mid_stage_costs_one_chunk_and_the_files_equal_an_uninterrupted_run(fake, tiny_model_dir, tmp_path, monkeypatch):
-    from ei_nb.sample import SampleParams, run_pipeline
-    from ei_nb.served import ServedSampler
+    from ei_nb.samplers import SampleParams, run_pipeline
+    from ei_nb.remote_samplers import ServedSampler
     params = SampleParams(n=2, max_new_tokens=32, seed=0)
     def run(out, log):
         with ServedSampler(tiny_model_dir, settings(fake), log, log=lambda *a: None, retries=1, backoff=0.01) as smp:
@@ -206,8 +206,8 @@ def test_a_server_killed_mid_stage_costs_one_chunk_and_the_files_equal_an_uninte
 
 
 def test_a_second_death_in_one_chunk_fails_naming_the_log_and_keeps_the_finished_chunks(fake, tiny_model_dir, tmp_path, monkeypatch):
-    from ei_nb.sample import SampleParams, run_pipeline
-    from ei_nb.served import ServedSampler
+    from ei_nb.samplers import SampleParams, run_pipeline
+    from ei_nb.remote_samplers import ServedSampler
     class KilledAfterTheFirstChunk(ServedSampler):
         "The server is killed after the first chunk, and every server started after that dies on its first request."
         chunks = 0
@@ -225,8 +225,8 @@ def test_a_second_death_in_one_chunk_fails_naming_the_log_and_keeps_the_finished
 
 
 def test_the_openai_sampler_samples_through_the_standin_from_the_tiny_model(fake, tiny_model_dir, tmp_path, monkeypatch):
-    from ei_nb.sample import SampleParams, run_pipeline
-    from ei_nb.served import OpenAISampler
+    from ei_nb.samplers import SampleParams, run_pipeline
+    from ei_nb.remote_samplers import OpenAISampler
     monkeypatch.delenv('FAKE_VLLM_COMPLETIONS')                             # completions from the tiny model itself
     with vllm_server(tiny_model_dir, settings(fake, max_model_len=4096), tmp_path / 'vllm.log') as srv:
         smp = OpenAISampler(tiny_model_dir, srv.endpoints, retries=1, log=lambda *a: None)   # names the model by /v1/models
@@ -247,9 +247,9 @@ def test_explicit_fields_win_over_the_models_generation_config_even_under_auto(f
     "A request with only n, temperature, top_p, max_tokens, seed (the sampler before issue 27) gets top_k = 20 from a Qwen3"
     "generation_config.json under vLLM's default `--generation-config auto`; today's request sends every field, so it gets 0"
     "there too; and the managed server refuses `auto` anyway."
-    from ei_nb.sample import SampleParams
-    from ei_nb.serve import free_port, start_process, stop_process
-    from ei_nb.served import completion_request
+    from ei_nb.samplers import SampleParams
+    from ei_nb.vllm_server import free_port, start_process, stop_process
+    from ei_nb.remote_samplers import completion_request
     m, port = model(tmp_path, generation=QWEN3_GENERATION), free_port()
     proc = start_process([str(fake), 'serve', str(m), '--port', str(port), '--host', '127.0.0.1'], tmp_path / 'auto.log')   # vLLM's defaults
     try:

@@ -108,7 +108,7 @@ def test_a_server_that_dies_twice_fails_the_stage_naming_its_log(served_run, tmp
 
 def test_a_server_killed_mid_stage_costs_one_chunk_and_the_files_equal_the_uninterrupted_run(served_run, tmp_path):
     from ei_nb.core import read_problems
-    from ei_nb.sample import derive_seed
+    from ei_nb.samplers import derive_seed
     run_dir, log = copy_run(served_run[0], tmp_path/'run'), tmp_path/'fake.jsonl'
     r = subprocess.run(run_cmd(run_dir, '--redo', '2:04_eval', '--until', '2:04_eval'), capture_output=True, text=True,
                        env=env_with(log, FAKE_VLLM_DIE_AFTER=5, FAKE_VLLM_DIE_ONCE=tmp_path/'died'), timeout=900)

@@ -1,4 +1,4 @@
-"""07_sharpen against outside references: teacher-forced log-probs against `generate`'s own logits and
+"""03c_sharpen against outside references: teacher-forced log-probs against `generate`'s own logits and
 scores (batched, left-padded, real miniF2F prompts), packing, 02_sft's weighted loss and its gradients through
 a LoRA model, the `unlikely` keep rule and row weights of 02_sft, the ranking and uplift on hand-worked and
 random inputs, and the stage itself (papermill, tiny model). Tiny models built in code, no downloads."""
@@ -470,13 +470,13 @@ def test_stage_runs_under_papermill_on_a_tiny_model(records, tiny_model_dir, tok
     write_records(R.selected, problems); write_records(R.samples, samples); write_records(R.verdicts, verdicts)
     rows, _ = build_sft_rows(problems, samples, verdicts, tok, 1)
     write_records(R.sft_rows, rows)
-    nb = Path(__file__).resolve().parents[1] / 'nbs' / '07_sharpen.ipynb'
-    pm.execute_notebook(str(nb), str(R.notebook('07_sharpen')), kernel_name='python3', progress_bar=False, cwd=str(nb.parent),
+    nb = Path(__file__).resolve().parents[1] / 'nbs' / '03c_sharpen.ipynb'
+    pm.execute_notebook(str(nb), str(R.notebook('03c_sharpen')), kernel_name='python3', progress_bar=False, cwd=str(nb.parent),
                         parameters={'problems_path': str(R.selected), 'samples_path': str(R.samples), 'verdicts_path': str(R.verdicts),
                                     'model_in': str(tiny_model_dir), 'model_out': str(tiny_model_dir), 'sft_path': str(R.sft_rows),
                                     'logprobs_in_path': str(R.sft_logprobs), 'out_dir': str(R.dir), 'max_samples': 30,
-                                    'stage_json': str(R.stage_json('07_sharpen')), 'style': 'chat'})
-    rec = read_stage_json(R.stage_json('07_sharpen'))
+                                    'stage_json': str(R.stage_json('03c_sharpen')), 'style': 'chat'})
+    rec = read_stage_json(R.stage_json('03c_sharpen'))
     up = json.loads(R.uplift_json.read_text())
     assert 0 < rec['headline']['samples'] <= 30 and rec['headline']['uplift_rate'] == 0
     assert sum(t['count'] for t in up['table']) == rec['headline']['samples'] == len(list(open(R.logprobs_out)))

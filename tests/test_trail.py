@@ -2,10 +2,10 @@
 import copy, json, os
 from pathlib import Path
 import pytest
-from ei_nb.trail import LIBRARY_TAG, library_cells, runner_index, tag_library_cells
+from ei_nb.audit_html import LIBRARY_TAG, library_cells, runner_index, tag_library_cells
 
 NBS = Path(__file__).resolve().parents[1] / 'nbs'
-RUN_BY_PAPERMILL = sorted(p for p in NBS.glob('*.ipynb') if p.stem != 'confirm_report' and any(
+RUN_BY_PAPERMILL = sorted(p for p in NBS.rglob('*.ipynb') if p.stem != 'confirm_report' and any(
     'parameters' in c.get('metadata', {}).get('tags', []) for c in json.loads(p.read_text(encoding='utf-8'))['cells']))
 
 
@@ -20,7 +20,7 @@ def test_library_cells_are_tagged_and_nothing_else(path):
     nb = json.loads(path.read_text(encoding='utf-8'))
     assert runner_index(nb) is not None, f'{path.name}: no "## Run the stage" heading'
     tagged = [i for i, c in enumerate(nb['cells']) if LIBRARY_TAG in c.get('metadata', {}).get('tags', [])]
-    assert tagged == library_cells(nb), f'{path.name}: run ei_nb.trail.tag_library_cells on it'
+    assert tagged == library_cells(nb), f'{path.name}: run ei_nb.audit_html.tag_library_cells on it'
     assert tag_library_cells(copy.deepcopy(nb)) == 0
     params = next(i for i, c in enumerate(nb['cells']) if 'parameters' in c.get('metadata', {}).get('tags', []))
     assert params > runner_index(nb), f'{path.name}: the parameters cell must be in the runner section'
@@ -86,7 +86,7 @@ def test_records_are_clean(path):
 @pytest.mark.parametrize('path', RECORDS, ids=lambda p: str(p.relative_to(EXAMPLE_RUN)))
 def test_example_outputs_are_labelled(path):
     "Every output of a library cell (self-tests and examples on made-up data) opens with the example-data label."
-    from ei_nb.trail import EXAMPLE_LABEL
+    from ei_nb.audit_html import EXAMPLE_LABEL
     nb = json.loads(path.read_text(encoding='utf-8'))
     for c in nb['cells']:
         if LIBRARY_TAG in c.get('metadata', {}).get('tags', []) and c.get('outputs'):
@@ -96,7 +96,7 @@ def test_example_outputs_are_labelled(path):
 
 @pytest.mark.parametrize('path', RECORDS, ids=lambda p: str(p.relative_to(EXAMPLE_RUN)))
 def test_records_open_with_their_summary(path):
-    from ei_nb.trail import SUMMARY_TAG
+    from ei_nb.audit_html import SUMMARY_TAG
     nb = json.loads(path.read_text(encoding='utf-8'))
     first = nb['cells'][0]
     assert SUMMARY_TAG in first.get('metadata', {}).get('tags', []) and ''.join(first['source']).startswith('## Summary of')
@@ -107,7 +107,7 @@ def test_pages_show_every_figure_as_an_image_and_no_example_data(tmp_path):
     import re, shutil
     import nbformat
     from ei_nb.layout import RunLayout
-    from ei_nb.trail import EXAMPLE_LABEL, latest_figures, render_run, run_pages
+    from ei_nb.audit_html import EXAMPLE_LABEL, latest_figures, render_run, run_pages
     run = tmp_path / 'run'
     shutil.copytree(EXAMPLE_RUN, run)
     index = render_run(run)

@@ -132,7 +132,7 @@ def test_registry_plugin_by_name_and_by_import_string(tmp_path):
 
 def test_known_backend_is_the_known_proof_verifier(tmp_path):
     from ei_nb.demo import known_good_proofs
-    from ei_nb.known import KnownProofVerifier
+    from ei_nb.known_proofs import KnownProofVerifier
     write_records(tmp_path/'known.jsonl', known_good_proofs())
     with make_verifier('known', known_proofs=str(tmp_path/'known.jsonl')) as v:
         assert isinstance(v, KnownProofVerifier)               # registered by name, like every built-in back-end
