@@ -129,7 +129,9 @@ def test_package_modules_are_imported_at_the_top(name):
 
 @pytest.mark.parametrize('name', sorted(MODULES))
 def test_lines_fit_in_120_characters(name):
-    long = [i + 1 for i, l in enumerate(MODULES[name].read_text().splitlines()) if len(l) > MAX_LINE]
+    # nbdev writes `__all__` wrapped at 120 and then puts `__all__ = ` before it: that line alone may be longer
+    long = [i + 1 for i, l in enumerate(MODULES[name].read_text().splitlines())
+            if len(l) > MAX_LINE and not l.startswith('__all__ = ')]
     assert not long, f'ei_nb/{name}.py: {len(long)} lines over {MAX_LINE} characters (first at lines {long[:5]})'
 
 
