@@ -7,7 +7,7 @@ only interface is loopback, every Ray address is 127.0.0.1, and when it exits th
 `ray.cluster_utils.Cluster` (ray 2.60.0, python/ray/cluster_utils.py) starts the nodes: each `add_node` is a raylet
 (plus the GCS for the head) as child processes of the script, with its own resources, e.g. `{"lean_workers": 2}`.
 """
-import os, shutil, subprocess, sys
+import os, shutil, subprocess, sys, tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,10 +27,12 @@ def namespace_refusal() -> str | None:
 
 def run_in_namespace(script, args=(), timeout: float = 600, capture: bool = True) -> subprocess.CompletedProcess:
     "Run `python script ARGS` as PID 1 of a new network + PID namespace with only `lo` up."
+    tmp = tempfile.mkdtemp(prefix='eiray', dir='/tmp')   # Ray's sessions and its address file: private, removed after
     env = {**os.environ, INSIDE: '1', 'PYTHONPATH': os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')]).rstrip(os.pathsep),
-           'RAY_USAGE_STATS_ENABLED': '0', 'OMP_NUM_THREADS': '1'}
+           'RAY_USAGE_STATS_ENABLED': '0', 'OMP_NUM_THREADS': '1', 'RAY_TMPDIR': tmp}
     cmd = UNSHARE + ['sh', '-c', 'ip link set lo up && exec "$0" "$@"', sys.executable, str(script), *map(str, args)]
-    return subprocess.run(cmd, env=env, capture_output=capture, text=True, timeout=timeout)
+    try: return subprocess.run(cmd, env=env, capture_output=capture, text=True, timeout=timeout)
+    finally: shutil.rmtree(tmp, ignore_errors=True)
 
 
 def inside() -> bool:
