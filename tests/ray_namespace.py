@@ -40,17 +40,30 @@ def inside() -> bool:
     return os.environ.get(INSIDE) == '1' and os.getpid() == 1
 
 
-def start_cluster(lean_workers=(2, 2), head_cpus: int = 1):
-    "A `Cluster`: a head without Lean workers, then one node per entry offering that many `lean_workers`. Inside only."
+def start_cluster(lean_workers=(2,), head_lean: int = 2, head_cpus: int = 1, tries: int = 3):
+    "A `Cluster`: a head offering `head_lean` Lean workers, then one node per entry offering that many. Inside only."
     assert inside(), 'Ray is started only inside a namespace of our own (run_in_namespace)'
     import ray
     from ray.cluster_utils import Cluster
     ip = dict(node_ip_address='127.0.0.1')
-    c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=head_cpus, include_dashboard=False, **ip))
-    nodes = [c.add_node(num_cpus=1, resources={'lean_workers': k}, **ip) for k in lean_workers]
-    c.wait_for_nodes()
+    for attempt in range(tries):   # Ray gives a raylet 30 s to register (ray/_private/node.py): a loaded machine misses it
+        try:
+            c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=head_cpus, include_dashboard=False,
+                                                                  resources={'lean_workers': head_lean}, **ip))
+            nodes = [c.add_node(num_cpus=1, resources={'lean_workers': k}, **ip) for k in lean_workers]
+            c.wait_for_nodes()
+            break
+        except Exception as e:
+            if attempt == tries - 1: raise
+            print(f'start_cluster: {type(e).__name__}: {e}; again', file=sys.stderr, flush=True)
+            for p in processes(): _kill(p['pid'])      # this namespace's processes only: we are its PID 1
     ray.init(address=c.address, logging_level='ERROR', log_to_driver=False)
     return c, nodes
+
+
+def _kill(pid):
+    try: os.kill(pid, 9)
+    except ProcessLookupError: pass
 
 
 def processes() -> list[dict]:

@@ -1,5 +1,5 @@
-"""The `ray` verifier back-end (ei_nb.lean_ray) on a REAL Ray cluster of three nodes on this machine: a head without
-Lean workers and two nodes offering `lean_workers = 2`, started with `ray.cluster_utils.Cluster` inside a network and
+"""The `ray` verifier back-end (ei_nb.lean_ray) on a REAL Ray cluster of two nodes on this machine, the head and one
+more, each offering `lean_workers = 2`, started with `ray.cluster_utils.Cluster` inside a network and
 PID namespace of this test's own (tests/ray_namespace.py: every Ray address is 127.0.0.1, nothing outlives it).
 
 The REPL and the replay tool are the stand-ins tests/fake_repl.py and tests/fake_replay.py (no Lean here). This file,
@@ -96,7 +96,7 @@ def _remove_when_busy(cluster, node, pool, facts, stop):
 
 
 def scenario_remove_and_resume(tmp, cluster, nodes, facts):
-    "(b) a stage whose second Lean node is removed mid-stage; (c) the same stage resumed with half its verdicts."
+    "(b) a stage whose second node (not the head: the driver is connected there) is removed mid-stage; (c) the same stage resumed with half its verdicts."
     from ei_nb.core import read_verdicts, write_records
     from ei_nb.samplers import SampleParams, run_pipeline
     from ei_nb.verify import make_verifier
@@ -105,7 +105,7 @@ def scenario_remove_and_resume(tmp, cluster, nodes, facts):
     args = lambda v: ([p for p, _ in problems], sampler, out/'samples.jsonl', P, 0, v, out/'verdicts.jsonl')
     with make_verifier(_settings(tmp, backend='ray')) as v:
         stop = threading.Event()
-        t = threading.Thread(target=_remove_when_busy, args=(cluster, nodes[1], v.backend, facts, stop)); t.start()
+        t = threading.Thread(target=_remove_when_busy, args=(cluster, nodes[0], v.backend, facts, stop)); t.start()
         facts['b_summary'] = {k: x for k, x in run_pipeline(*args(v), chunk_problems=6).items() if k != 'timings'}
         stop.set(); t.join()
         facts['b_stats'] = dict(v.backend.stats); facts['b_workers_after'] = v.backend.workers()
@@ -137,7 +137,7 @@ def main(out_path):
     write = lambda: Path(out_path).write_text(json.dumps(facts, default=str))
     try:
         t0 = time.monotonic()
-        cluster, nodes = start_cluster((2, 2))
+        cluster, nodes = start_cluster((2,), head_lean=2)
         facts['cluster_start_s'] = round(time.monotonic() - t0, 1)
         facts['addresses'] = sorted({n['NodeManagerAddress'] for n in ray.nodes()}); write()
         scenario_equal(tmp, facts); write()
@@ -168,7 +168,7 @@ def test_every_ray_address_is_loopback(facts):
 
 
 def test_a_ray_verdicts_equal_the_local_pools(facts):
-    assert [w['slots'] for w in facts['a_workers']] == [2, 2], 'one actor on each Lean node, none on the head'
+    assert [w['slots'] for w in facts['a_workers']] == [2, 2], 'one actor on each of the two Lean nodes'
     assert {v['verdict'] for v in facts['a_local']} >= {'pass', 'fail', 'error', 'no_code'}, 'the proofs cover every verdict'
     assert facts['a_ray'] == facts['a_local']
 
