@@ -129,6 +129,23 @@ def _settled(ok, wait_s=15):
     return ps
 
 
+def scenario_cli(tmp, cluster, facts):
+    "`ei verify --backend ray --ray-address ADDR` in a process of its own: it joins the cluster by that address."
+    import shlex, subprocess
+    from ei_nb.core import write_records
+    pairs = [(p, {'name': p['name'], 'sample_idx': i, 'round': 0, 'completion': _completion(p, proof, d), 'n_tokens': 1,
+                  'capped': False}) for p, proof in _problems(2) for i, d in enumerate(['', 'FAKE:error'])]
+    write_records(tmp/'cli_problems.jsonl', list({p['name']: p for p, _ in pairs}.values()), 'problem')
+    write_records(tmp/'cli_samples.jsonl', [s for _, s in pairs], 'sample')
+    s = _settings(tmp)
+    r = subprocess.run([sys.executable, '-c', 'from ei_nb.cli import _entry; _entry()', 'verify', '--backend', 'ray',
+                        '--ray-address', cluster.address, '--problems', tmp/'cli_problems.jsonl', '--samples', tmp/'cli_samples.jsonl',
+                        '--out', tmp/'cli_verdicts.jsonl', '--project', s.project, '--repl-cmd', shlex.join(s.repl_cmd),
+                        '--replay-cmd', shlex.join(s.replay_cmd), '--timeout', '20'], capture_output=True, text=True, timeout=240)
+    facts['cli_address'], facts['cli_rc'] = cluster.address, r.returncode
+    facts['cli_result'] = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else r.stderr[-2000:]
+
+
 def main(out_path):
     "Inside the namespace: one cluster, the scenarios in order, the facts written after each."
     import tempfile
@@ -141,6 +158,7 @@ def main(out_path):
         facts['cluster_start_s'] = round(time.monotonic() - t0, 1)
         facts['addresses'] = sorted({n['NodeManagerAddress'] for n in ray.nodes()}); write()
         scenario_equal(tmp, facts); write()
+        scenario_cli(tmp, cluster, facts); write()
         scenario_remove_and_resume(tmp, cluster, nodes, facts); write()
         ray.shutdown(); cluster.shutdown()
         facts['processes_after_shutdown'] = _settled(lambda ps: not ps)
@@ -171,6 +189,19 @@ def test_a_ray_verdicts_equal_the_local_pools(facts):
     assert [w['slots'] for w in facts['a_workers']] == [2, 2], 'one actor on each of the two Lean nodes'
     assert {v['verdict'] for v in facts['a_local']} >= {'pass', 'fail', 'error', 'no_code'}, 'the proofs cover every verdict'
     assert facts['a_ray'] == facts['a_local']
+
+
+def test_ei_verify_backend_ray_joins_the_cluster_by_its_address(facts):
+    assert facts['cli_address'].startswith('127.0.0.1:') and facts['cli_rc'] == 0, facts['cli_result']
+    assert {k: facts['cli_result'][k] for k in ('n', 'pass', 'fail', 'error')} == {'n': 4, 'pass': 2, 'fail': 2, 'error': 0}
+
+
+def test_without_ray_the_error_names_the_extra(monkeypatch):
+    "No cluster needed: with `ray` not importable, asking for the back-end says how to install it."
+    from ei_nb.core import BadInput
+    from ei_nb.verify import make_verifier
+    monkeypatch.setitem(sys.modules, 'ray', None)              # `import ray` raises ImportError
+    with pytest.raises(BadInput, match=r'pip install -e "\.\[ray\]"'): make_verifier('ray')
 
 
 def test_b_node_removed_mid_stage_loses_no_proof(facts):
