@@ -6,8 +6,9 @@ answers after S seconds, a stand-in Lean check of S = 1 s by default), the same 
 kernel replay (tests/fake_replay.py) and statement probe, checked
   local: `make_verifier(backend='repl', workers=W)` in this process;
   ray:   `make_verifier(backend='ray')` on a real Ray cluster: one node (the head) offering `lean_workers = W`, its
-         actor in a Ray worker process as on any node, started with ray.cluster_utils.Cluster in a network and PID namespace of this script's own
-         (tests/ray_namespace.py: every Ray address is 127.0.0.1; Ray is never started outside it).
+         actor in a Ray worker process as on any node, started with ray.cluster_utils.Cluster in a network and PID
+         namespace of this script's own (tests/ray_namespace.py: every Ray address is 127.0.0.1; Ray is never
+         started outside it).
 Each verifier is warmed first (REPLs started, header imported, the reference statement probed: W quick proofs), then
 --n slow proofs are timed; the two alternate --reps times and the best time of each counts (the machine is shared).
 overhead = time(ray) / time(local) - 1: the cost per proof of the queue, Ray's calls and the driver's threads, at a
@@ -62,8 +63,8 @@ def measure(a, tmp):
             with made[kind]() as v:
                 timed(v, pairs(a.workers, 0, f'warm {rep}'))          # REPLs up, header in, statement probed
                 dt = timed(v, pairs(a.n, a.slow, f'{kind} {rep}'))
-            print(json.dumps({'kind': kind, 'rep': rep, 'n': a.n, 'workers': a.workers, 'slow_s': a.slow, 'seconds': round(dt, 3),
-                              'proofs_per_s': round(a.n / dt, 3)}), flush=True)
+            print(json.dumps({'kind': kind, 'rep': rep, 'n': a.n, 'workers': a.workers, 'slow_s': a.slow,
+                              'seconds': round(dt, 3), 'proofs_per_s': round(a.n / dt, 3)}), flush=True)
             best[kind] = min(best.get(kind, dt), dt)
     return best
 
@@ -76,7 +77,8 @@ def main(a):
     try: best = measure(a, Path(tempfile.mkdtemp(prefix='ei-ray-bench-')))
     finally: ray.shutdown(); cluster.shutdown()
     ideal = a.n * a.slow / a.workers
-    summary = {'machine': 'this one (2 cores, shared)', 'n': a.n, 'workers': a.workers, 'slow_s': a.slow, 'cluster_start_s': round(start_s, 1),
+    summary = {'machine': 'this one (2 cores, shared)', 'n': a.n, 'workers': a.workers, 'slow_s': a.slow,
+               'cluster_start_s': round(start_s, 1),
                'ideal_s': ideal, 'local_s': round(best['local'], 3), 'ray_s': round(best['ray'], 3),
                'local_proofs_per_s': round(a.n / best['local'], 3), 'ray_proofs_per_s': round(a.n / best['ray'], 3),
                'overhead': round(best['ray'] / best['local'] - 1, 4), 'max_overhead': a.max_overhead}

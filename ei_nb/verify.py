@@ -110,8 +110,8 @@ def _known_backend(s:VerifierSettings):
 
 for _n, _f in {'none': lambda s: None, 'repl': _repl_backend, 'lean': _lean_backend, 'server': _server_backend,
                'known': _known_backend}.items(): register_backend(_n, _f)
-register_backend('arith', 'ei_nb.arith:arith_verifier')
-register_backend('ray', 'ei_nb.lean_ray:ray_verifier')   # Lean on a Ray cluster's nodes (nbs/verifier/lean_ray.ipynb), imported on first use   # the exact checker of the arith fragment (nbs/around/arith.ipynb), imported on first use
+register_backend('arith', 'ei_nb.arith:arith_verifier')   # the exact checker of the arith fragment (nbs/around/arith.ipynb), imported on first use
+register_backend('ray', 'ei_nb.lean_ray:ray_verifier')   # Lean on a Ray cluster (lean_ray), imported on first use
 
 def backend_names() -> list[str]:
     "The registered back-end names (the run config accepts them, and `auto`)."
@@ -223,8 +223,8 @@ def _parser():
                    'no reply in time stops the run with exit 3')
     p.add_argument('--stdout-mode', choices=['auto', 'pty', 'stdbuf', 'pipe'], help="how the REPL's stdout is read (default auto: pty on Linux)")
     p.add_argument('--known-proofs', help='known-proof file (backend known)')
-    p.add_argument('--ray-address', help="the Ray cluster (backend ray; default $EI_RAY_ADDRESS, $RAY_ADDRESS, else 'auto')")
-    p.add_argument('--workers-per-node', type=positive_int, help="REPLs per Ray node (backend ray; default: its lean_workers)")
+    p.add_argument('--ray-address', help="the Ray cluster (backend ray; default $EI_RAY_ADDRESS, $RAY_ADDRESS, 'auto')")
+    p.add_argument('--workers-per-node', type=positive_int, help='REPLs per Ray node (backend ray)')
     p.add_argument('--repl-cmd', help='the REPL command, shell-quoted (default: lake env $EI_REPL_BIN, repl)')
     p.add_argument('--lean-cmd', help='the `lean --json` command, shell-quoted (default: lake env lean --json)')
     p.add_argument('--no-replay', action='store_true', help='do not replay passing proofs through the kernel (repl, lean)')
@@ -243,7 +243,8 @@ def verify_cli(argv:list[str]) -> dict:
     for s, (line, _) in zip(samples, iter_jsonl(a.samples)):
         if s['name'] not in problems: raise RecordError(a.samples, line, 'name', f"unknown problem {s['name']!r} (not in {a.problems})")
     kw = {k: v for k, v in dict(mem_mb=a.mem_mb, max_uses=a.max_uses, header_timeout=a.header_timeout, stdout_mode=a.stdout_mode,
-                                known_proofs=a.known_proofs, ray_address=a.ray_address, workers_per_node=a.workers_per_node,
+                                known_proofs=a.known_proofs, ray_address=a.ray_address,
+                                workers_per_node=a.workers_per_node,
                                 repl_cmd=a.repl_cmd and shlex.split(a.repl_cmd),
                                 lean_cmd=a.lean_cmd and shlex.split(a.lean_cmd), replay=False if a.no_replay else None,
                                 replay_cmd=a.replay_cmd and shlex.split(a.replay_cmd)).items() if v is not None}

@@ -18,17 +18,20 @@ INSIDE = 'EI_TEST_NAMESPACE'     # set in the environment of the script that run
 def namespace_refusal() -> str | None:
     "Why a namespace of our own cannot be made here (None when it can): the reason a test skips with."
     if not shutil.which('unshare') or not shutil.which('ip'): return 'unshare or ip (util-linux, iproute2) not found'
-    try: r = subprocess.run(UNSHARE + ['sh', '-c', 'ip link set lo up && echo ok'], capture_output=True, text=True, timeout=60)
+    try: r = subprocess.run(UNSHARE + ['sh', '-c', 'ip link set lo up && echo ok'], capture_output=True, text=True,
+                            timeout=60)
     except subprocess.TimeoutExpired: return 'unshare did not answer within 60 s'
     if r.returncode or 'ok' not in r.stdout:
-        return f'unshare -n -p -f --mount-proc is not permitted here (needs root or user namespaces): {r.stderr.strip()[:200]}'
+        why = r.stderr.strip()[:160]
+        return f'unshare -n -p -f --mount-proc is not permitted here (root, or user namespaces): {why}'
     return None
 
 
 def run_in_namespace(script, args=(), timeout: float = 600, capture: bool = True) -> subprocess.CompletedProcess:
     "Run `python script ARGS` as PID 1 of a new network + PID namespace with only `lo` up."
     tmp = tempfile.mkdtemp(prefix='eiray', dir='/tmp')   # Ray's sessions and its address file: private, removed after
-    env = {**os.environ, INSIDE: '1', 'PYTHONPATH': os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')]).rstrip(os.pathsep),
+    path = os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')]).rstrip(os.pathsep)
+    env = {**os.environ, INSIDE: '1', 'PYTHONPATH': path,
            'RAY_USAGE_STATS_ENABLED': '0', 'OMP_NUM_THREADS': '1', 'RAY_TMPDIR': tmp}
     cmd = UNSHARE + ['sh', '-c', 'ip link set lo up && exec "$0" "$@"', sys.executable, str(script), *map(str, args)]
     try: return subprocess.run(cmd, env=env, capture_output=capture, text=True, timeout=timeout)
@@ -46,7 +49,7 @@ def start_cluster(lean_workers=(2,), head_lean: int = 2, head_cpus: int = 1, tri
     import ray
     from ray.cluster_utils import Cluster
     ip = dict(node_ip_address='127.0.0.1')
-    for attempt in range(tries):   # Ray gives a raylet 30 s to register (ray/_private/node.py): a loaded machine misses it
+    for attempt in range(tries):   # Ray gives a raylet 30 s to register (ray/_private/node.py): loaded machines miss it
         try:
             c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=head_cpus, include_dashboard=False,
                                                                   resources={'lean_workers': head_lean}, **ip))

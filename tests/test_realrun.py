@@ -432,7 +432,9 @@ def test_reference_configs_load(name):
     if 'two_node' in name:
         assert (cfg['serve']['backend'], cfg['serve']['data_parallel_size'], cfg['serve']['data_parallel_size_local']) == ('ray', 8, 4)
         assert 'EI_OPENAI_ENDPOINTS' not in cfg['run']['env'] and 'EI_LEAN_SERVER_ENDPOINTS' not in cfg['run']['env']
-        assert (cfg['verify']['backend'], cfg['run']['env']['EI_RAY_ADDRESS'], cfg['run']['env']['EI_RAY_WORKERS_PER_NODE']) == ('ray', 'auto', '16')
+        env = cfg['run']['env']
+        got = (cfg['verify']['backend'], env['EI_RAY_ADDRESS'], env['EI_RAY_WORKERS_PER_NODE'])
+        assert got == ('ray', 'auto', '16')
     else: assert (cfg['serve']['backend'], cfg['serve']['data_parallel_size']) == ('local', 4)
 
 
@@ -463,7 +465,7 @@ def test_doctor_rows_of_the_two_node_config(tmp_path, monkeypatch):
     import socket
     with socket.socket() as s: s.bind(('127.0.0.1', 0)); closed = f'http://127.0.0.1:{s.getsockname()[1]}'   # nothing listens there
     monkeypatch.setenv('PATH', str(script(tmp_path / 'bin' / 'ray', '#!/bin/sh\necho "ray: no cluster here" >&2; exit 1\n').parent) + os.pathsep + os.environ['PATH'])
-    cfg = load_config(ROOT / 'configs/goedel8b_two_node.toml', ['verify.backend=server'], warn=lambda *a: None)   # Lean on kimina servers
+    cfg = load_config(ROOT / 'configs/goedel8b_two_node.toml', ['verify.backend=server'], warn=lambda *a: None)
     rows = {r['check']: r for r in check_samplers(Context(cfg, tmp_path / 'run'))}
     assert rows['ray cluster']['status'] == 'FAIL' and 'ray start --head' in rows['ray cluster']['fix']
     assert '--data-parallel-backend ray --data-parallel-size-local 4' in rows['server command']['detail']
@@ -478,15 +480,17 @@ def test_doctor_rows_of_the_two_node_config(tmp_path, monkeypatch):
 
 
 def test_doctor_rows_of_the_two_node_config_come_from_each_ray_node(tmp_path, monkeypatch):
-    "verify.backend ray: check_lean hands the run's verifier and [verify] to ei_nb.lean_ray (tests/test_verify_ray.py runs it)."
+    "verify.backend ray: check_lean hands the run's verifier and [verify] to ei_nb.lean_ray (see test_verify_ray.py)."
     import ei_nb.doctor as D
     from ei_nb.config import load_config
     seen = []
-    monkeypatch.setattr(D, 'lean_worker_rows', lambda s, section: seen.append((s, section)) or [D.row('ray node x', 'OK', '16')])
+    rows = lambda s, section: seen.append((s, section)) or [D.row('ray node x', 'OK', '16')]
+    monkeypatch.setattr(D, 'lean_worker_rows', rows)
     cfg = load_config(ROOT / 'configs/goedel8b_two_node.toml', warn=lambda *a: None)
     assert [r['check'] for r in D.check_lean(D.Context(cfg, tmp_path / 'run'), timeout=5)] == ['ray node x']
     (s, section), = seen
-    assert (s.backend, s.project, section['ray_address'], section['workers_per_node']) == ('ray', str(ROOT / 'lean/mathlib4'), 'auto', 16)
+    got = (s.backend, s.project, section['ray_address'], section['workers_per_node'])
+    assert got == ('ray', str(ROOT / 'lean/mathlib4'), 'auto', 16)
     assert D.check_cpus(D.Context(cfg, tmp_path / 'run'))[0]['status'] == 'OK'     # Lean runs on the Ray nodes
 
 

@@ -20,7 +20,8 @@ if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
 from tests.ray_namespace import inside, namespace_refusal, processes, run_in_namespace, start_cluster
 
 FAKE, FAKE_REPLAY = str(ROOT/'tests'/'fake_repl.py'), str(ROOT/'tests'/'fake_replay.py')
-MIXED = ['', 'FAKE:error', 'FAKE:sorry', 'FAKE:crash', 'FAKE:addfalse', 'FAKE:retype', 'FAKE:axiom=sorryAx', 'FAKE:slow=0.3']
+MIXED = ['', 'FAKE:error', 'FAKE:sorry', 'FAKE:crash', 'FAKE:addfalse', 'FAKE:retype', 'FAKE:axiom=sorryAx',
+         'FAKE:slow=0.3']
 
 
 # ---------------------------------------------------------------- what runs inside the namespace
@@ -45,7 +46,8 @@ def _settings(tmp, **kw):
     from ei_nb.verify import VerifierSettings
     (tmp/'project').mkdir(exist_ok=True)
     return VerifierSettings(project=str(tmp/'project'), timeout=20, mem_mb=2048,
-                            repl_cmd=[sys.executable, FAKE, '--log', str(tmp/'repl.log')], replay_cmd=[sys.executable, FAKE_REPLAY], **kw)
+                            repl_cmd=[sys.executable, FAKE, '--log', str(tmp/'repl.log')],
+                            replay_cmd=[sys.executable, FAKE_REPLAY], **kw)
 
 
 def _key(v): return (v['name'], v['sample_idx'])
@@ -79,8 +81,9 @@ class StubSampler:
         self.tokenizer, self.slow = StubTokenizer(), slow
         self.by_prompt = {render_prompt(p, self.tokenizer, 'chat'): (p, proof) for p, proof in problems}
     def generate(self, prompts, params, seeds):
-        return [[{'completion': _completion(*self.by_prompt[pr], f'FAKE:slow={self.slow} #{i}'), 'n_tokens': 1, 'capped': False}
-                 for i in range(params.n)] for pr in prompts]
+        done = lambda pr, i: _completion(*self.by_prompt[pr], f'FAKE:slow={self.slow} #{i}')
+        return [[{'completion': done(pr, i), 'n_tokens': 1, 'capped': False} for i in range(params.n)]
+                for pr in prompts]
 
 
 def _remove_when_busy(cluster, node, pool, facts, stop):
@@ -96,7 +99,8 @@ def _remove_when_busy(cluster, node, pool, facts, stop):
 
 
 def scenario_remove_and_resume(tmp, cluster, nodes, facts):
-    "(b) a stage whose second node (not the head: the driver is connected there) is removed mid-stage; (c) the same stage resumed with half its verdicts."
+    """(b) a stage whose second node (not the head: the driver is connected there) is removed mid-stage;
+    (c) the same stage resumed with half its verdicts."""
     from ei_nb.core import read_verdicts, write_records
     from ei_nb.samplers import SampleParams, run_pipeline
     from ei_nb.verify import make_verifier
@@ -110,10 +114,11 @@ def scenario_remove_and_resume(tmp, cluster, nodes, facts):
         stop.set(); t.join()
         facts['b_stats'] = dict(v.backend.stats); facts['b_workers_after'] = v.backend.workers()
     facts['b_lines'] = [json.loads(l) for l in open(out/'verdicts.jsonl', encoding='utf-8')]
-    facts['b_processes_after_close'] = _settled(lambda ps: not [p for p in ps if 'fake_repl' in p['args'] or 'fake_replay' in p['args']])
+    lean = lambda ps: [p for p in ps if 'fake_repl' in p['args'] or 'fake_replay' in p['args']]
+    facts['b_processes_after_close'] = _settled(lambda ps: not lean(ps))
     whole = read_verdicts(out/'verdicts.jsonl')
     keep = whole[:len(whole) // 2]
-    write_records(out/'verdicts.jsonl', keep, 'verdict')             # as if the stage died with half its verdicts written
+    write_records(out/'verdicts.jsonl', keep, 'verdict')    # as if the stage died with half its verdicts written
     with make_verifier(_settings(tmp, backend='ray')) as v:
         r = run_pipeline(*args(v), chunk_problems=6)
         facts['c_dispatched'], facts['c_lean_runs'] = v.backend.stats['dispatched'], v.stats['lean_runs']
@@ -138,10 +143,12 @@ def scenario_cli(tmp, cluster, facts):
     write_records(tmp/'cli_problems.jsonl', list({p['name']: p for p, _ in pairs}.values()), 'problem')
     write_records(tmp/'cli_samples.jsonl', [s for _, s in pairs], 'sample')
     s = _settings(tmp)
-    r = subprocess.run([sys.executable, '-c', 'from ei_nb.cli import _entry; _entry()', 'verify', '--backend', 'ray',
-                        '--ray-address', cluster.address, '--problems', tmp/'cli_problems.jsonl', '--samples', tmp/'cli_samples.jsonl',
-                        '--out', tmp/'cli_verdicts.jsonl', '--project', s.project, '--repl-cmd', shlex.join(s.repl_cmd),
-                        '--replay-cmd', shlex.join(s.replay_cmd), '--timeout', '20'], capture_output=True, text=True, timeout=240)
+    cmd = [sys.executable, '-c', 'from ei_nb.cli import _entry; _entry()', 'verify', '--backend', 'ray',
+           '--ray-address', cluster.address, '--problems', tmp/'cli_problems.jsonl',
+           '--samples', tmp/'cli_samples.jsonl',
+           '--out', tmp/'cli_verdicts.jsonl', '--project', s.project, '--repl-cmd', shlex.join(s.repl_cmd),
+           '--replay-cmd', shlex.join(s.replay_cmd), '--timeout', '20']
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     facts['cli_address'], facts['cli_rc'] = cluster.address, r.returncode
     facts['cli_result'] = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else r.stderr[-2000:]
 
@@ -187,13 +194,14 @@ def test_every_ray_address_is_loopback(facts):
 
 def test_a_ray_verdicts_equal_the_local_pools(facts):
     assert [w['slots'] for w in facts['a_workers']] == [2, 2], 'one actor on each of the two Lean nodes'
-    assert {v['verdict'] for v in facts['a_local']} >= {'pass', 'fail', 'error', 'no_code'}, 'the proofs cover every verdict'
+    assert {v['verdict'] for v in facts['a_local']} >= {'pass', 'fail', 'error', 'no_code'}, 'they cover every verdict'
     assert facts['a_ray'] == facts['a_local']
 
 
 def test_ei_verify_backend_ray_joins_the_cluster_by_its_address(facts):
     assert facts['cli_address'].startswith('127.0.0.1:') and facts['cli_rc'] == 0, facts['cli_result']
-    assert {k: facts['cli_result'][k] for k in ('n', 'pass', 'fail', 'error')} == {'n': 4, 'pass': 2, 'fail': 2, 'error': 0}
+    got = {k: facts['cli_result'][k] for k in ('n', 'pass', 'fail', 'error')}
+    assert got == {'n': 4, 'pass': 2, 'fail': 2, 'error': 0}
 
 
 def test_without_ray_the_error_names_the_extra(monkeypatch):
@@ -205,7 +213,8 @@ def test_without_ray_the_error_names_the_extra(monkeypatch):
 
 
 def test_b_node_removed_mid_stage_loses_no_proof(facts):
-    assert facts['b_removed_node'] and facts['b_inflight_at_removal'].get(facts['b_removed_node']), 'proofs were in flight there'
+    removed = facts['b_removed_node']
+    assert removed and facts['b_inflight_at_removal'].get(removed), 'proofs were in flight there'
     assert facts['b_stats']['actors_lost'] == 1 and facts['b_stats']['requeued'] >= 1
     assert len(facts['b_workers_after']) == 1, 'the removed node is not used again'
     lines = facts['b_lines']
