@@ -134,6 +134,12 @@ def _settled(ok, wait_s=15):
     return ps
 
 
+def scenario_doctor(tmp, facts):
+    "`ei doctor`'s rows for backend ray: the Lean workers per node, a known proof and `2 + 2 = 5` on each node."
+    from ei_nb.lean_ray import lean_worker_rows
+    facts['doctor_rows'] = lean_worker_rows(_settings(tmp, backend='ray'), {'workers_per_node': 1})
+
+
 def scenario_cli(tmp, cluster, facts):
     "`ei verify --backend ray --ray-address ADDR` in a process of its own: it joins the cluster by that address."
     import shlex, subprocess
@@ -166,6 +172,7 @@ def main(out_path):
         facts['addresses'] = sorted({n['NodeManagerAddress'] for n in ray.nodes()}); write()
         scenario_equal(tmp, facts); write()
         scenario_cli(tmp, cluster, facts); write()
+        scenario_doctor(tmp, facts); write()
         scenario_remove_and_resume(tmp, cluster, nodes, facts); write()
         ray.shutdown(); cluster.shutdown()
         facts['processes_after_shutdown'] = _settled(lambda ps: not ps)
@@ -202,6 +209,14 @@ def test_ei_verify_backend_ray_joins_the_cluster_by_its_address(facts):
     assert facts['cli_address'].startswith('127.0.0.1:') and facts['cli_rc'] == 0, facts['cli_result']
     got = {k: facts['cli_result'][k] for k in ('n', 'pass', 'fail', 'error')}
     assert got == {'n': 4, 'pass': 2, 'fail': 2, 'error': 0}
+
+
+def test_doctor_lists_lean_workers_per_node_and_checks_a_proof_on_each(facts):
+    rows = facts['doctor_rows']
+    nodes = [r for r in rows if ':' not in r['check']]
+    assert len(nodes) == 2 and all(r['detail'].startswith('1 Lean workers') for r in nodes), rows   # workers_per_node = 1
+    checks = sorted((r['check'].split(': ')[1], r['status']) for r in rows if ':' in r['check'])
+    assert checks == [('2 + 2 = 5', 'OK')] * 2 + [('a known proof', 'OK')] * 2, rows
 
 
 def test_without_ray_the_error_names_the_extra(monkeypatch):
