@@ -21,7 +21,7 @@ from tests.ray_namespace import inside, namespace_refusal, processes, run_in_nam
 
 FAKE, FAKE_REPLAY = str(ROOT/'tests'/'fake_repl.py'), str(ROOT/'tests'/'fake_replay.py')
 MIXED = ['', 'FAKE:error', 'FAKE:sorry', 'FAKE:crash', 'FAKE:addfalse', 'FAKE:retype', 'FAKE:axiom=sorryAx',
-         'FAKE:slow=0.3']
+         'FAKE:slow=0.3', 'FAKE:leak']
 
 
 # ---------------------------------------------------------------- what runs inside the namespace
@@ -214,7 +214,8 @@ def test_ei_verify_backend_ray_joins_the_cluster_by_its_address(facts):
 def test_doctor_lists_lean_workers_per_node_and_checks_a_proof_on_each(facts):
     rows = facts['doctor_rows']
     nodes = [r for r in rows if ':' not in r['check']]
-    assert len(nodes) == 2 and all(r['detail'].startswith('1 Lean workers') for r in nodes), rows   # workers_per_node = 1
+    assert len(nodes) == 2, rows
+    assert all(r['detail'].startswith('1 Lean workers') for r in nodes), rows   # workers_per_node = 1
     checks = sorted((r['check'].split(': ')[1], r['status']) for r in rows if ':' in r['check'])
     assert checks == [('2 + 2 = 5', 'OK')] * 2 + [('a known proof', 'OK')] * 2, rows
 
