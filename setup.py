@@ -31,6 +31,8 @@ setuptools.setup(
         'sft': ['accelerate>=1.0'],
         # `ei pool` reads hub ids and dataset folders with it (local .jsonl/.parquet files need nothing more).
         'pool': ['datasets>=2.18'],
+        # verify.backend = "ray": Lean checking on a Ray cluster's nodes (ei_nb.lean_ray); every node needs it.
+        'ray': ['ray>=2.40'],
     },
     entry_points={'console_scripts': cfg['console_scripts'].split(),
                   'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"]},

@@ -99,9 +99,13 @@ DRIVER_KEYS = {
               'lake': ('', 'the lake executable (empty: $ELAN_HOME/bin/lake, ~/.elan/bin/lake, then the PATH)'),
               'seed_verdicts': ('', 'verdicts of the pool to select round 1 from, instead of measuring it'),
               'baseline_verdicts': ('', 'eval verdicts of the base model, instead of evaluating it')},
-    'verify': {'backend': ('auto', 'auto, a registered back-end (known, none, repl, lean, server, arith) or package.module:factory (auto: lean when `lean` and a project exist, else known)'),
+    'verify': {'backend': ('auto', 'auto, a registered back-end (known, none, repl, lean, server, arith, ray) or '
+                                   'package.module:factory (auto: lean when `lean` and a project exist, else known)'),
                'timeout': (300, 'seconds per proof'), 'workers': (0, 'parallel checks (0: the CPU count)'),
-               'max_error_frac': (0.1, 'a stage stops (exit 3) when more Lean checks than this share end in `error`: a broken verifier')},
+               'max_error_frac': (0.1, 'a stage stops (exit 3) when more Lean checks than this share end in `error`: '
+                                       'a broken verifier'),
+               'ray_address': ('', 'backend ray: the Ray cluster, e.g. node1:6379 (empty: $RAY_ADDRESS, else auto)'),
+               'workers_per_node': (0, "backend ray: REPLs per Ray node (0: the node's `lean_workers` resource)")},
     'serve': {'backend': ('local', 'local (this node\'s GPUs) or ray (a Ray cluster started once with `ray start`)'),
               'vllm_bin': ('vllm', 'the vllm command (a path, or a command line; {python} is this Python)'),
               'data_parallel_size': (1, 'engines behind the one endpoint (all nodes together)'),
@@ -209,6 +213,10 @@ def load_config(path, # the TOML file
         cfg['stages'][stage], cfg['stage_driver'][stage], missing = _stage_section(path, stage, raw.get(SECTIONS[stage], {}), nbs, warn or say)
         if missing: cfg['defaults_used'][stage] = missing
     _check_choices(path, cfg)
+    if cfg['verify']['backend'] == 'ray':   # the stage kernels' ray back-end reads these (ei_nb.lean_ray.ray_verifier)
+        ray = {'EI_RAY_ADDRESS': cfg['verify']['ray_address'],
+               'EI_RAY_WORKERS_PER_NODE': str(cfg['verify']['workers_per_node'])}
+        cfg['run']['env'] = {**{k: v for k, v in ray.items() if v and v != '0'}, **cfg['run']['env']}
     if cfg['paths']['lake']:   # the stage kernels find `lake` through EI_LAKE (ei_nb.lean_backends.lake_executable)
         cfg['run']['env'] = {'EI_LAKE': str(Path(expand(cfg['paths']['lake'], '', path.parent)).absolute()), **cfg['run']['env']}
     return cfg
@@ -244,7 +252,7 @@ def verifier_params(cfg:dict, paths:dict, run_dir) -> dict:
     backend = v['backend']
     if backend == 'auto': backend = 'lean' if shutil.which('lean') and project and Path(project).is_dir() else 'known'
     known = RunLayout(run_dir).known_proofs(cfg['demo']) if backend == 'known' else ''
-    return {'verify_backend': backend, 'lean_project': project if backend in ('lean', 'repl') else '',
+    return {'verify_backend': backend, 'lean_project': project if backend in ('lean', 'repl', 'ray') else '',
             'workers': v['workers'] or 0, 'timeout': v['timeout'], 'known_proofs': str(known), 'max_error_frac': v['max_error_frac']}
 
 # %% ../nbs/run/config.ipynb #5223dcb6

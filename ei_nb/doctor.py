@@ -11,6 +11,7 @@ from .config import resolve_paths, served, verifier_params
 from .doctor_checks import STATUSES, LAKE_FIX, row, check_lake, served_rows, verifier_rows
 from .inputs import check_scored, clean_pool
 from .lean_backends import lake_executable
+from .lean_ray import lean_worker_rows
 from .stage_process import require_kernel
 
 # %% auto #0
@@ -88,6 +89,7 @@ def check_lean(ctx:Context, timeout:float=900) -> list[dict]:
     backend, project = ctx.verifier['verify_backend'], ctx.paths['lean_project']
     fix_setup = f'ei setup-lean --project {project or "lean/mathlib4"}'
     if backend == 'server': return check_server(ctx, timeout)
+    if backend == 'ray': return lean_worker_rows(run_verifier(ctx, timeout), ctx.cfg['verify'])   # per Ray node
     if backend not in ('repl', 'lean'):
         what = {'known': "verifier 'known': only proofs identical to proofs Lean already accepted pass (no Lean runs)",
                 'server': 'verifier server: Lean runs on the checking-server endpoints', 'none': "verifier 'none': nothing is checked"}.get(
@@ -268,6 +270,7 @@ def check_cpus(ctx:Context) -> list[dict]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1
     w = ctx.cfg['verify']['workers'] or cores
     if ctx.verifier['verify_backend'] == 'server': return [row('cpu cores', 'OK', f'{cores} cores; Lean runs on the server endpoints')]
+    if ctx.verifier['verify_backend'] == 'ray': return [row('cpu cores', 'OK', f'{cores} cores; Lean on the Ray nodes')]
     rows = [row('cpu cores', 'WARN' if w > cores else 'OK', f'{cores} cores for {w} Lean workers',
                 f'set verify.workers <= {cores}')]
     if ctx.verifier['verify_backend'] in ('repl', 'lean'):

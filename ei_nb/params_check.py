@@ -35,7 +35,7 @@ _SAMPLING = {'n': COUNT, 'max_new_tokens': COUNT, 'temperature': NONNEG, 'top_p'
              'data_parallel_size': COUNT, 'chunk_problems': COUNT, 'max_prompt_frac': OPEN_UNIT, 'n_demo_problems': NONNEG_INT}
 RULES = {
     'run': {'rounds': COUNT, 'cell_timeout': POSITIVE},
-    'verify': {'timeout': POSITIVE, 'workers': NONNEG_INT},
+    'verify': {'timeout': POSITIVE, 'workers': NONNEG_INT, 'workers_per_node': NONNEG_INT},
     'demo': {'pool_size': COUNT, 'scored_size': COUNT, 'warm_pool': NONNEG_INT, 'warm_scored': NONNEG_INT, 'mix': NONNEG_INT,
              'epochs': COUNT, 'lr': POSITIVE, 'batch_tokens': COUNT, 'hidden_size': COUNT, 'num_hidden_layers': COUNT},
     'select': {'lo': UNIT, 'hi': UNIT, 'max_zero': NONNEG_INT, 'max_problems': NONNEG_INT},

@@ -45,6 +45,8 @@ class VerifierSettings:
     replay:bool=True                 # repl, lean: replay what each passing proof added through the kernel (`ei-replay`, verifier/lean_replay)
     replay_cmd:list|None=None        # the replay tool's command (default `lake env $EI_REPLAY_BIN`, else the tool beside $EI_REPL_BIN's REPL)
     replay_workers:int|None=None     # replay tool processes; default: one per four workers
+    ray_address:str|None=None        # ray: the cluster to join (default $EI_RAY_ADDRESS, $RAY_ADDRESS, else 'auto')
+    workers_per_node:int=0           # ray: REPLs per node (0: the node's `lean_workers` resource)
     max_error_frac:float=0.1         # a run stops when more Lean checks than this end in `error` (`ErrorGuard`; 1: never)
 
     @classmethod
@@ -109,6 +111,7 @@ def _known_backend(s:VerifierSettings):
 for _n, _f in {'none': lambda s: None, 'repl': _repl_backend, 'lean': _lean_backend, 'server': _server_backend,
                'known': _known_backend}.items(): register_backend(_n, _f)
 register_backend('arith', 'ei_nb.arith:arith_verifier')   # the exact checker of the arith fragment (nbs/around/arith.ipynb), imported on first use
+register_backend('ray', 'ei_nb.lean_ray:ray_verifier')   # Lean on a Ray cluster (lean_ray), imported on first use
 
 def backend_names() -> list[str]:
     "The registered back-end names (the run config accepts them, and `auto`)."
@@ -220,6 +223,8 @@ def _parser():
                    'no reply in time stops the run with exit 3')
     p.add_argument('--stdout-mode', choices=['auto', 'pty', 'stdbuf', 'pipe'], help="how the REPL's stdout is read (default auto: pty on Linux)")
     p.add_argument('--known-proofs', help='known-proof file (backend known)')
+    p.add_argument('--ray-address', help="the Ray cluster (backend ray; default $EI_RAY_ADDRESS, $RAY_ADDRESS, 'auto')")
+    p.add_argument('--workers-per-node', type=positive_int, help='REPLs per Ray node (backend ray)')
     p.add_argument('--repl-cmd', help='the REPL command, shell-quoted (default: lake env $EI_REPL_BIN, repl)')
     p.add_argument('--lean-cmd', help='the `lean --json` command, shell-quoted (default: lake env lean --json)')
     p.add_argument('--no-replay', action='store_true', help='do not replay passing proofs through the kernel (repl, lean)')
@@ -238,7 +243,9 @@ def verify_cli(argv:list[str]) -> dict:
     for s, (line, _) in zip(samples, iter_jsonl(a.samples)):
         if s['name'] not in problems: raise RecordError(a.samples, line, 'name', f"unknown problem {s['name']!r} (not in {a.problems})")
     kw = {k: v for k, v in dict(mem_mb=a.mem_mb, max_uses=a.max_uses, header_timeout=a.header_timeout, stdout_mode=a.stdout_mode,
-                                known_proofs=a.known_proofs, repl_cmd=a.repl_cmd and shlex.split(a.repl_cmd),
+                                known_proofs=a.known_proofs, ray_address=a.ray_address,
+                                workers_per_node=a.workers_per_node,
+                                repl_cmd=a.repl_cmd and shlex.split(a.repl_cmd),
                                 lean_cmd=a.lean_cmd and shlex.split(a.lean_cmd), replay=False if a.no_replay else None,
                                 replay_cmd=a.replay_cmd and shlex.split(a.replay_cmd)).items() if v is not None}
     cache = a.cache_dir or (None if a.backend in ('none', 'known') else Path(a.out).parent/'verdict_cache')

@@ -13,7 +13,8 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp('tiny') / 'model', seed=0)
 
 
-LONG_FILES = ('test_science_learning.py', 'test_served_run.py', 'test_driver_resume.py', 'test_driver.py')   # each builds its own runs: parallel workers start them first
+LONG_FILES = ('test_science_learning.py', 'test_served_run.py', 'test_driver_resume.py', 'test_driver.py',
+              'test_verify_ray.py')   # each builds its own runs: parallel workers start them first
 
 def pytest_collection_modifyitems(config, items):
     "The long files first (tests/run.sh keeps this order across workers); say visibly which tests need a real `lean`."

@@ -431,7 +431,10 @@ def test_reference_configs_load(name):
     assert cfg['verify']['max_error_frac'] == 0.1 and cfg['serve']['generation_config'] == 'vllm'
     if 'two_node' in name:
         assert (cfg['serve']['backend'], cfg['serve']['data_parallel_size'], cfg['serve']['data_parallel_size_local']) == ('ray', 8, 4)
-        assert 'EI_OPENAI_ENDPOINTS' not in cfg['run']['env'] and cfg['run']['env']['EI_LEAN_SERVER_ENDPOINTS'].count('http') == 2
+        assert 'EI_OPENAI_ENDPOINTS' not in cfg['run']['env'] and 'EI_LEAN_SERVER_ENDPOINTS' not in cfg['run']['env']
+        env = cfg['run']['env']
+        got = (cfg['verify']['backend'], env['EI_RAY_ADDRESS'], env['EI_RAY_WORKERS_PER_NODE'])
+        assert got == ('ray', 'auto', '16')
     else: assert (cfg['serve']['backend'], cfg['serve']['data_parallel_size']) == ('local', 4)
 
 
@@ -462,7 +465,7 @@ def test_doctor_rows_of_the_two_node_config(tmp_path, monkeypatch):
     import socket
     with socket.socket() as s: s.bind(('127.0.0.1', 0)); closed = f'http://127.0.0.1:{s.getsockname()[1]}'   # nothing listens there
     monkeypatch.setenv('PATH', str(script(tmp_path / 'bin' / 'ray', '#!/bin/sh\necho "ray: no cluster here" >&2; exit 1\n').parent) + os.pathsep + os.environ['PATH'])
-    cfg = load_config(ROOT / 'configs/goedel8b_two_node.toml', warn=lambda *a: None)
+    cfg = load_config(ROOT / 'configs/goedel8b_two_node.toml', ['verify.backend=server'], warn=lambda *a: None)
     rows = {r['check']: r for r in check_samplers(Context(cfg, tmp_path / 'run'))}
     assert rows['ray cluster']['status'] == 'FAIL' and 'ray start --head' in rows['ray cluster']['fix']
     assert '--data-parallel-backend ray --data-parallel-size-local 4' in rows['server command']['detail']
@@ -476,11 +479,27 @@ def test_doctor_rows_of_the_two_node_config(tmp_path, monkeypatch):
     assert check_cpus(Context(cfg, tmp_path / 'run'))[0]['status'] == 'OK'       # 32 checks in flight run on the servers
 
 
+def test_doctor_rows_of_the_two_node_config_come_from_each_ray_node(tmp_path, monkeypatch):
+    "verify.backend ray: check_lean hands the run's verifier and [verify] to ei_nb.lean_ray (see test_verify_ray.py)."
+    import ei_nb.doctor as D
+    from ei_nb.config import load_config
+    seen = []
+    rows = lambda s, section: seen.append((s, section)) or [D.row('ray node x', 'OK', '16')]
+    monkeypatch.setattr(D, 'lean_worker_rows', rows)
+    cfg = load_config(ROOT / 'configs/goedel8b_two_node.toml', warn=lambda *a: None)
+    assert [r['check'] for r in D.check_lean(D.Context(cfg, tmp_path / 'run'), timeout=5)] == ['ray node x']
+    (s, section), = seen
+    got = (s.backend, s.project, section['ray_address'], section['workers_per_node'])
+    assert got == ('ray', str(ROOT / 'lean/mathlib4'), 'auto', 16)
+    assert D.check_cpus(D.Context(cfg, tmp_path / 'run'))[0]['status'] == 'OK'     # Lean runs on the Ray nodes
+
+
 def test_doctor_says_when_the_checking_server_refuses_the_key(tmp_path, monkeypatch):
     from ei_nb.doctor import Context, check_lean
     from ei_nb.config import load_config
     from tests.test_verifier_guard import checker
     with checker('401') as (url, h):
         monkeypatch.setenv('EI_LEAN_SERVER_ENDPOINTS', url); monkeypatch.setenv('EI_LEAN_SERVER_KEY', 'wrong')
-        rows = check_lean(Context(load_config(ROOT / 'configs/goedel8b_two_node.toml', warn=lambda *a: None), tmp_path / 'run'), timeout=5)
+        cfg = load_config(ROOT / 'configs/goedel8b_two_node.toml', ['verify.backend=server'], warn=lambda *a: None)
+        rows = check_lean(Context(cfg, tmp_path / 'run'), timeout=5)
     assert [r['status'] for r in rows] == ['FAIL'] and 'HTTP 401' in rows[0]['detail'] and 'EI_LEAN_SERVER_KEY' in rows[0]['detail']
