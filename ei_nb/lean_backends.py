@@ -4,15 +4,17 @@
 
 # %% ../nbs/verifier/lean_backends.ipynb #ea724ae5
 from __future__ import annotations
-import itertools, json, math, os, select, shutil, signal, subprocess, sys, tempfile, threading, time, uuid
+import itertools, json, math, os, re, select, shutil, signal, subprocess, sys, tempfile, threading, time, uuid
 import urllib.error, urllib.request
 from pathlib import Path
 from .core import BadInput, StageFailed, sha256_json
-from .lean_reply import HeaderStall, LeanError, message_line
+from .lean_reply import HeaderStall, LeanError, axioms_line, judge, message_line
+from .sandbox import Sandbox
 
 # %% auto #0
-__all__ = ['NO_FLUSH_HINT', 'LINE_PROBE', 'AUTH_FIX', 'limited', 'Repl', 'ReplPool', 'LeanBackend', 'line_convention',
-           'ServerRefused', 'ServerBackend', 'lake_executable']
+__all__ = ['KNOWN_PROOF', 'NO_FLUSH_HINT', 'LINE_PROBE', 'AUTH_FIX', 'limited', 'ProofLimit', 'out_of_memory', 'TimeoutStreak',
+           'streaked', 'Repl', 'passes', 'ReplPool', 'LeanBackend', 'line_convention', 'ServerRefused', 'ServerBackend',
+           'lake_executable']
 
 # %% ../nbs/verifier/lean_backends.ipynb #d307378b
 _LAUNCH = 'import os,resource,sys\nm=int(sys.argv[1])<<20\nresource.setrlimit(resource.RLIMIT_AS,(m,m))\nos.execvp(sys.argv[2],sys.argv[2:])'
@@ -39,6 +41,54 @@ def _tail(f, n:int=300) -> str:
     except (OSError, ValueError): return ''
 
 # %% ../nbs/verifier/lean_backends.ipynb #58a1417c
+class ProofLimit(LeanError):
+    "The proof ran past a limit of the checker (`kind` 'timeout' or 'memory'): verdict `fail`, not a broken checker."
+    def __init__(self, kind:str, detail:str):
+        super().__init__(f'{kind}: {detail}'); self.kind = kind
+
+KNOWN_PROOF = 'theorem ei_known_proof : (2 : Nat) + 2 = 4 := rfl\n'   # checks in any header, in milliseconds
+_OOM = re.compile(r'out of memory|std::bad_alloc|\(exit (-9|137)\b')
+
+def out_of_memory(detail:str) -> bool:
+    "Whether a crash's detail (exit status, stderr tail) says the process died at the memory limit."
+    return bool(_OOM.search(detail))
+
+def _answers(reply) -> bool:
+    "Whether a reply is an answer without a Lean error (what a known proof must get)."
+    msgs = reply.get('messages', []) if isinstance(reply, dict) else None
+    return isinstance(msgs, list) and 'env' in reply and not any(isinstance(m, dict) and m.get('severity') == 'error'
+                                                                 for m in msgs)
+
+class TimeoutStreak:
+    "Timeouts in a row on one worker; every `every`-th, a known proof tells hard proofs from a broken checker."
+    def __init__(self, every:int=3):
+        self.every, self.n, self.broken, self.lock = every, 0, False, threading.Lock()
+
+    def ok(self):
+        with self.lock: self.n, self.broken = 0, False
+
+    def timed_out(self, e:ProofLimit, known) -> LeanError:
+        "What the timeout `e` is: itself, or a `LeanError` when `known()` (checking a known proof) fails too."
+        with self.lock: self.n += 1; n = self.n; probe = n % self.every == 0
+        if probe:
+            try: broken = not _answers(known())
+            except HeaderStall: raise
+            except (LeanError, OSError): broken = True
+            with self.lock: self.broken = broken
+        if not self.broken: return e
+        return LeanError(f'{e}; {n} proofs in a row ran out of time, and so did a known proof ({KNOWN_PROOF.strip()!r}): '
+                         'the checker is overloaded or broken')
+
+def streaked(streak:TimeoutStreak, attempt, known) -> dict:
+    "`attempt()`'s reply; a timeout goes through `streak` (with `known`, the check of a known proof)."
+    try: reply = attempt()
+    except ProofLimit as e:
+        if e.kind != 'timeout': raise
+        raise streak.timed_out(e, known) from None
+    streak.ok()
+    return reply
+
+# %% ../nbs/verifier/lean_backends.ipynb #fcd1cb00
 NO_FLUSH_HINT = ("the REPL did not answer the header command within {t:g} s. A REPL older than repl commit 4fc1e6d "
                  "(\"avoid buffering stdout\", v4.10.0) never flushes its stdout, so on a pipe its replies stay in its buffer: "
                  "run it with stdout_mode 'pty' or 'stdbuf' (the default is 'pty'), or rebuild the REPL with that commit "
@@ -50,30 +100,39 @@ def _stdout_mode(mode:str) -> str:
     return mode
 
 class Repl:
-    "One Lean REPL process speaking JSON over pipes (stdout through a pty by default); restarted lazily after any failure."
-    def __init__(self, cmd:list, cwd=None, mem_mb:int|None=None, max_uses:int=100, max_reply:int=64<<20, env:dict|None=None,
-                 stdout_mode:str='auto'):
-        self.cmd, self.cwd, self.mem_mb, self.max_uses, self.max_reply, self.env = list(cmd), cwd, mem_mb, max_uses, max_reply, env
-        self.stdout_mode = _stdout_mode(stdout_mode)
-        self.proc, self.envs, self.uses, self.closed, self.out_fd = None, {}, 0, False, None
+    "One Lean REPL process speaking JSON over pipes (stdout through a pty by default); restarted lazily after any fault."
+    def __init__(self, cmd:list, cwd=None, mem_mb:int|None=None, max_uses:int=100, max_reply:int=64<<20,
+                 env:dict|None=None, stdout_mode:str='auto',
+                 sandbox:Sandbox|None=None): # run in this sandbox (`ei_nb.sandbox`); None: as it is
+        self.cmd, self.cwd, self.mem_mb, self.max_uses, self.max_reply = list(cmd), cwd, mem_mb, max_uses, max_reply
+        self.env, self.stdout_mode, self.sandbox, self.xdir = env, _stdout_mode(stdout_mode), sandbox, None
+        self.proc, self.envs, self.uses, self.closed, self.out_fd, self.next_env = None, {}, 0, False, None, 0
         self.starts = self.failures = self.recycles = 0
+        self.streak = TimeoutStreak()
+
+    def _command(self) -> list:
+        "The command line: `stdbuf`, the sandbox (with a private writable folder `xdir`), the memory limit."
+        cmd = (['stdbuf', '-oL'] if self.stdout_mode == 'stdbuf' else []) + self.cmd
+        if self.sandbox is not None:
+            self.xdir = tempfile.mkdtemp(prefix='ei-repl-')
+            cmd = self.sandbox.wrap(cmd, self.cwd, rw=[self.xdir], env=self.env)
+        return limited(cmd, self.mem_mb)
 
     def start(self):
         if self.closed: raise LeanError('verifier closed')
-        self.stderr, cmd, out = tempfile.TemporaryFile(), self.cmd, subprocess.PIPE
-        if self.stdout_mode == 'stdbuf': cmd = ['stdbuf', '-oL'] + cmd
+        self.stderr, out = tempfile.TemporaryFile(), subprocess.PIPE
         if self.stdout_mode == 'pty':
             import pty, tty
             master, out = pty.openpty()
             tty.setraw(out)                 # no echo, no \n -> \r\n
         try:
-            self.proc = subprocess.Popen(limited(cmd, self.mem_mb), cwd=self.cwd, env=self.env, stdin=subprocess.PIPE,
+            self.proc = subprocess.Popen(self._command(), cwd=self.cwd, env=self.env, stdin=subprocess.PIPE,
                                          stdout=out, stderr=self.stderr, start_new_session=True)
         finally:
             if self.stdout_mode == 'pty': os.close(out)
         self.out_fd = master if self.stdout_mode == 'pty' else self.proc.stdout.fileno()
         os.set_blocking(self.proc.stdin.fileno(), False)
-        self.buf, self.envs, self.uses = bytearray(), {}, 0
+        self.buf, self.envs, self.uses, self.next_env = bytearray(), {}, 0, 0
         self.starts += 1
 
     def close(self, final:bool=False):
@@ -84,6 +143,7 @@ class Repl:
             if self.stdout_mode == 'pty':
                 try: os.close(self.out_fd)
                 except OSError: pass
+        if self.xdir: shutil.rmtree(self.xdir, ignore_errors=True); self.xdir = None
         self.proc = None
 
     def _fail(self, why:str, exited:bool=False, cls=LeanError):
@@ -97,7 +157,7 @@ class Repl:
         raise cls(detail)
 
     def send(self, obj:dict, timeout:float, on_timeout=None) -> dict:
-        "Send one command, return the decoded reply; `LeanError` on any fault (`on_timeout`: its class and text, for a deadline)."
+        "Send one command, return the decoded reply; `LeanError` on any fault (`on_timeout`: its class and text)."
         if self.proc is None: self.start()
         deadline = time.monotonic() + timeout
         late = on_timeout or (LeanError, f'timeout after {timeout:g} s')
@@ -126,27 +186,63 @@ class Repl:
         if not isinstance(reply, dict): self._fail(f'malformed reply {raw[:60]!r}')
         return reply
 
+    def _protocol(self, why:str):
+        "A reply that is not the one the REPL owes: the process is not trusted again."
+        self.failures += 1; self.close()
+        raise LeanError(f'protocol: {why}')
+
+    def _took(self, reply:dict, what:str) -> int:
+        "The env number of `reply`, which must be the next one this process makes (else a protocol error)."
+        if reply.get('env') != self.next_env:
+            self._protocol(f'{what}: expected env {self.next_env}, got {json.dumps(reply)[:200]}')
+        self.next_env += 1
+        return reply['env']
+
+    def _sync(self, env:int, timeout:float):
+        "A command whose reply only this call knows: any output the proof's reply left on the channel comes first."
+        nonce = f'ei-sync-{uuid.uuid4().hex}'
+        r = self.send({'cmd': f'#print "{nonce}"', 'env': env}, timeout)
+        msgs = r.get('messages')
+        said = [m.get('data', '').strip() for m in msgs if isinstance(m, dict)] if isinstance(msgs, list) else None
+        if said != [nonce]: self._protocol(f'output after the reply: {json.dumps(r)[:200]}')
+        self._took(r, 'sync')
+
+    def _proof(self, header:str, code:str, timeout:float) -> dict:
+        "The reply to `code` in the environment of `header`; a timeout or a death at the memory limit is `ProofLimit`."
+        late = (lambda why: ProofLimit('timeout', why), f'no reply within {timeout:g} s')
+        try: reply = self.send({'cmd': code, 'env': self.envs[header]}, timeout, late)
+        except ProofLimit: raise
+        except LeanError as e:
+            if out_of_memory(str(e)): raise ProofLimit('memory', f'the REPL died at the memory limit: {e}') from None
+            raise
+        self.uses += 1
+        self._took(reply, 'the reply to a proof')
+        self._sync(self.envs[header], timeout)
+        return reply
+
     def run(self, header:str, code:str, timeout:float, header_timeout:float, pickle_to=None) -> dict:
-        "Check `code` in the environment of `header` (imported once per process); with `pickle_to`, save what it added there."
+        "Check `code` in the environment of `header` (imported once per process); with `pickle_to`, save what it added."
         if self.proc is not None and self.uses >= self.max_uses: self.close(); self.recycles += 1
         if self.proc is None: self.start()
         if header not in self.envs:
             r = self.send({'cmd': header}, header_timeout, (HeaderStall, NO_FLUSH_HINT.format(t=header_timeout)))
-            if not isinstance(r.get('env'), int) or any(m.get('severity') == 'error' for m in r.get('messages', []) if isinstance(m, dict)):
+            if not isinstance(r.get('env'), int) or any(m.get('severity') == 'error' for m in r.get('messages', [])
+                                                        if isinstance(m, dict)):
                 self.close(); raise LeanError(f'header failed: {json.dumps(r)[:200]}')
-            self.envs[header] = r['env']
-        reply = self.send({'cmd': code, 'env': self.envs[header]}, timeout)
-        self.uses += 1
+            self.envs[header] = self._took(r, 'the header')
+        reply = self._proof(header, code, timeout)
         msgs = reply.get('messages', [])
-        if pickle_to and isinstance(reply.get('env'), int) and isinstance(msgs, list) and not any(
+        if pickle_to and isinstance(msgs, list) and not any(
                 isinstance(m, dict) and m.get('severity') == 'error' for m in msgs):
             self.pickle(reply['env'], pickle_to, timeout)
         return reply
 
     def pickle(self, env:int, path, timeout:float):
         "Have the REPL write environment `env` (its imports and the constants added since) to `path`."
-        r = self.send({'pickleTo': str(path), 'env': env}, timeout)
-        if r != {'env': env}: raise LeanError(f'pickleTo: {json.dumps(r)[:200]}')
+        target = Path(self.xdir)/Path(path).name if self.xdir else Path(path)    # in the sandbox: its own folder
+        r = self.send({'pickleTo': str(target), 'env': env}, timeout)
+        if r != {'env': env}: self._protocol(f'pickleTo: {json.dumps(r)[:200]}')
+        if target != Path(path) and target.exists(): shutil.move(str(target), str(path))
 
 # %% ../nbs/verifier/lean_backends.ipynb #8f810415
 def _project_identity(project) -> dict:
@@ -156,12 +252,20 @@ def _project_identity(project) -> dict:
     manifest = read('lake-manifest.json')
     return {'toolchain': read('lean-toolchain'), 'manifest': sha256_json(manifest) if manifest else None}
 
+def passes(reply:dict, code:str) -> bool:
+    "Whether `reply` passes as far as the pool can tell (the judge with the default policy); else the REPL is replaced."
+    m = re.search(r'^#print axioms _root_\.(\S+)\s*$', code, re.M)
+    if m: return judge(reply, m.group(1), None, axioms_line(code))[0] == 'pass'
+    return _answers(reply) and not reply.get('sorries')
+
 class ReplPool:
     "A pool of `Repl`s; `run` checks one proof on an idle REPL, preferring one that holds its header."
     pickles = 'pickle'        # what `run(..., pickle_to=PATH)` writes there: a REPL pickle (`verifier/lean_replay`)
     def __init__(self, cmd:list, cwd=None, workers:int=1, mem_mb:int|None=10240, max_uses:int=100,
-                 header_timeout:float=600, max_reply:int=64<<20, lean_version:str|None=None, stdout_mode:str='auto'):
-        self.repls = [Repl(cmd, cwd, mem_mb, max_uses, max_reply, stdout_mode=stdout_mode) for _ in range(max(1, workers))]
+                 header_timeout:float=600, max_reply:int=64<<20, lean_version:str|None=None, stdout_mode:str='auto',
+                 sandbox:Sandbox|None=None): # each REPL in this sandbox (`ei_nb.sandbox`); None: as it is
+        self.repls = [Repl(cmd, cwd, mem_mb, max_uses, max_reply, stdout_mode=stdout_mode, sandbox=sandbox)
+                      for _ in range(max(1, workers))]
         self.idle, self.cv, self.header_timeout, self.stalled = list(self.repls), threading.Condition(), header_timeout, None
         self.identity = {'backend': 'repl', 'cmd': list(cmd), 'lean': lean_version, **_project_identity(cwd)}
 
@@ -175,7 +279,11 @@ class ReplPool:
     def run(self, header:str, code:str, timeout:float, pickle_to=None) -> dict:
         if self.stalled: raise self.stalled           # one header attempt per worker: no retry after a stall
         r = self._take(header)
-        try: return r.run(header, code, timeout, self.header_timeout, pickle_to)
+        try:
+            reply = streaked(r.streak, lambda: r.run(header, code, timeout, self.header_timeout, pickle_to),
+                             lambda: r.run(header, KNOWN_PROOF, timeout, self.header_timeout))
+            if not passes(reply, code): r.close()          # a failing proof's code ran there: a fresh process next
+            return reply
         except HeaderStall as e: self.stalled = e; raise
         finally:
             with self.cv: self.idle.append(r); self.cv.notify()
@@ -191,33 +299,50 @@ class ReplPool:
 class LeanBackend:
     "A fresh `lake env lean --json FILE` per proof (DeepSeek-Prover-V1.5's way: simple, slow)."
     pickles = 'olean'         # `run(..., pickle_to=PATH)` has lean write the file's module data there (`-o PATH`)
-    def __init__(self, project, lean_cmd:list|None=None, mem_mb:int|None=10240, lean_version:str|None=None):
-        self.project, self.cmd, self.mem_mb = Path(project), list(lean_cmd or [lake_executable(), 'env', 'lean', '--json']), mem_mb
-        self.tmp = self.project/'.ei_verify'
+    def __init__(self, project, lean_cmd:list|None=None, mem_mb:int|None=10240, lean_version:str|None=None,
+                 sandbox:Sandbox|None=None): # each `lean` in this sandbox (`ei_nb.sandbox`); None: as it is
+        self.project, self.mem_mb, self.sandbox = Path(project), mem_mb, sandbox
+        self.cmd = list(lean_cmd or [lake_executable(), 'env', 'lean', '--json'])
         self.identity = {'backend': 'lean', 'cmd': self.cmd, 'lean': lean_version, **_project_identity(project)}
+        self.streak = TimeoutStreak()
 
     def run(self, header:str, code:str, timeout:float, pickle_to=None) -> dict:
-        self.tmp.mkdir(exist_ok=True)
+        return streaked(self.streak, lambda: self._run(header, code, timeout, pickle_to),
+                        lambda: self._run(header, KNOWN_PROOF, timeout))
+
+    def _lean(self, work:Path, path:Path, timeout:float, pickle_to) -> tuple[int, bytes, str]:
+        "Run `lean` on `path` (in the sandbox, writing only to `work`): exit status, stdout, the tail of stderr."
+        out = work/'out.olean'
+        cmd = self.cmd + (['-o', str(out)] if pickle_to else []) + [str(path)]
+        if self.sandbox is not None: cmd = self.sandbox.wrap(cmd, self.project, rw=[work])
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(limited(cmd, self.mem_mb), cwd=self.project, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+            try: stdout, _ = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill(proc); raise ProofLimit('timeout', f'no answer within {timeout:g} s') from None
+            if pickle_to and out.exists(): shutil.move(str(out), str(pickle_to))
+            return proc.returncode, stdout, _tail(err)
+
+    def _run(self, header:str, code:str, timeout:float, pickle_to=None) -> dict:
         header = header.rstrip('\n') + '\n\n'
-        path = self.tmp/f'proof_{uuid.uuid4().hex}.lean'
+        work = Path(tempfile.mkdtemp(prefix='ei-lean-'))    # the file Lean reads, and what it writes: nowhere else
+        path = work/'Proof.lean'
         path.write_text(header + code, encoding='utf-8')
-        try:
-            with tempfile.TemporaryFile() as err:
-                cmd = self.cmd + (['-o', str(pickle_to)] if pickle_to else []) + [str(path)]
-                proc = subprocess.Popen(limited(cmd, self.mem_mb), cwd=self.project, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.PIPE, stderr=err, start_new_session=True)
-                try: out, _ = proc.communicate(timeout=timeout)
-                except subprocess.TimeoutExpired: _kill(proc); raise LeanError(f'timeout after {timeout:g} s') from None
-                if proc.returncode not in (0, 1): raise LeanError(f'crashed (exit {proc.returncode}: {_tail(err)})')
-                # one JSON object per line, split on \n only: Lean leaves U+2028/U+2029 unescaped inside strings
-                try: msgs = [json.loads(l) for l in out.decode('utf-8', 'replace').split('\n') if l.strip()]
-                except ValueError: raise LeanError(f'malformed output {out[:60]!r}') from None
-                if not all(isinstance(m, dict) for m in msgs): raise LeanError('malformed output: not JSON objects')
-                errs = [m for m in msgs if m.get('severity') == 'error']
-                if proc.returncode == 1 and not errs: raise LeanError(f'exit 1 without an error message: {_tail(err)}')
-                if h := [m for m in errs if 0 < message_line(m) < header.count('\n')]: raise LeanError(f"header failed: {str(h[0].get('data'))[:200]}")
-                return {'messages': msgs}
-        finally: path.unlink(missing_ok=True)
+        try: rc, out, err = self._lean(work, path, timeout, pickle_to)
+        finally: shutil.rmtree(work, ignore_errors=True)
+        if rc != 0 and out_of_memory(f'(exit {rc}: {err})'):
+            raise ProofLimit('memory', f'lean died at the memory limit (exit {rc}: {err})')
+        if rc not in (0, 1): raise LeanError(f'crashed (exit {rc}: {err})')
+        # one JSON object per line, split on \n only: Lean leaves U+2028/U+2029 unescaped inside strings
+        try: msgs = [json.loads(l) for l in out.decode('utf-8', 'replace').split('\n') if l.strip()]
+        except ValueError: raise LeanError(f'malformed output {out[:60]!r}') from None
+        if not all(isinstance(m, dict) for m in msgs): raise LeanError('malformed output: not JSON objects')
+        errs = [m for m in msgs if m.get('severity') == 'error']
+        if rc == 1 and not errs: raise LeanError(f'exit 1 without an error message: {err}')
+        if h := [m for m in errs if 0 < message_line(m) < header.count('\n')]:
+            raise LeanError(f"header failed: {str(h[0].get('data'))[:200]}")
+        return {'messages': msgs}
 
     def line_offsets(self, header:str, sent:str) -> set[int]:
         "Lines before `sent` in the file Lean read: the header's."
@@ -269,6 +394,7 @@ class ServerBackend:
         self.conventions = {}      # endpoint -> 'file' or 'body': where its message lines count from (learnt by the first request)
         self._learning = [threading.Lock() for _ in self.endpoints]   # one probe per endpoint, however many checks start at once
         self.identity = {'backend': 'server', 'endpoints': sorted(self.endpoints), 'lean': lean_version}
+        self.streak = TimeoutStreak()
 
     def _request(self, ep:str, cid:str, full:str, secs:int) -> dict:
         "One `POST /verify` of `full`; `_Retry`, `LeanError` (a timeout) or `BadInput` (401/403) when it fails."
@@ -277,19 +403,21 @@ class ServerBackend:
         req = urllib.request.Request(ep + '/verify', data=body, headers=headers, method='POST')
         try:
             with urllib.request.urlopen(req, timeout=secs + self.margin) as resp: return json.loads(resp.read(64 << 20))
-        except TimeoutError: raise LeanError(f'server {ep}: timeout after {secs + self.margin:g} s') from None
+        except TimeoutError: raise ProofLimit('timeout', f'server {ep}: no answer within {secs + self.margin:g} s') from None
         except urllib.error.HTTPError as e:
             if e.code in (401, 403): raise ServerRefused(f'server {ep}: HTTP {e.code} {e.read()[:120].decode("utf-8", "replace")}: {AUTH_FIX}') from None
             raise _Retry(f'HTTP {e.code}', e.code == 429) from None
         except (urllib.error.URLError, OSError, ValueError) as e:
-            if isinstance(getattr(e, 'reason', None), TimeoutError): raise LeanError(f'server {ep}: timeout') from None
+            if isinstance(getattr(e, 'reason', None), TimeoutError):
+                raise ProofLimit('timeout', f'server {ep}: no answer within {secs + self.margin:g} s') from None
             raise _Retry(f'{type(e).__name__}: {str(e)[:80]}') from None
 
     def _calibrate(self, i:int, header:str, secs:int):
         "Learn where endpoint `i` counts message lines from: `LINE_PROBE` has a Lean error on a known line."
         full = header.rstrip('\n') + '\n\n' + LINE_PROBE
         k = full.split('\n').index('  exact ei_line_probe_unknown') + 1
-        reply = self._reply(self._request(self.endpoints[i], 'ei-line-probe', full, secs), 'ei-line-probe')
+        try: reply = self._reply(self._request(self.endpoints[i], 'ei-line-probe', full, secs), 'ei-line-probe')
+        except ProofLimit as e: raise LeanError(f'server {self.endpoints[i]}: the line probe: {e}') from None
         if (conv := line_convention(reply, full, k)) is None:
             raise LeanError(f'server {self.endpoints[i]}: the line probe (an error on line {k}) came back as {json.dumps(reply)[:200]}')
         with self._lock: self.conventions[i] = conv
@@ -314,6 +442,9 @@ class ServerBackend:
         raise LeanError('server: all endpoints failed: ' + '; '.join(tried[-len(self.endpoints):]) + (f' (after {rounds} rounds)' if rounds > 1 else ''))
 
     def run(self, header:str, code:str, timeout:float) -> dict:
+        return streaked(self.streak, lambda: self._run(header, code, timeout), lambda: self._run(header, KNOWN_PROOF, timeout))
+
+    def _run(self, header:str, code:str, timeout:float) -> dict:
         cid, secs = uuid.uuid4().hex, max(1, math.ceil(timeout))   # the server's request model wants an integer timeout
         full = header.rstrip('\n') + '\n\n' + code
         answer, i = self._send(cid, full, secs, header)
@@ -324,7 +455,10 @@ class ServerBackend:
         results = answer.get('results') if isinstance(answer, dict) else None
         mine = [r for r in results if isinstance(r, dict) and r.get('custom_id') == cid] if isinstance(results, list) else []
         if len(mine) != 1: raise LeanError('server: malformed answer (no result for this proof)')
-        if mine[0].get('error'): raise LeanError(f"server: {str(mine[0]['error'])[:200]}")
+        if err := mine[0].get('error'):     # kimina: "Lean REPL command timed out in N seconds", or the OOM's stderr
+            if re.search(r'timed out', str(err)): raise ProofLimit('timeout', f'server: {str(err)[:200]}')
+            if re.search(r'out of memory|memory limit', str(err)): raise ProofLimit('memory', f'server: {str(err)[:200]}')
+            raise LeanError(f"server: {str(err)[:200]}")
         resp = mine[0].get('response')
         if not isinstance(resp, dict): raise LeanError('server: malformed answer (no response)')
         return resp

@@ -4,19 +4,22 @@
 
 # %% ../nbs/verifier/verify.ipynb #5066edc4
 from __future__ import annotations
-import dataclasses, importlib, math, os, shlex, threading, time
+import dataclasses, importlib, math, os, re, shlex, tempfile, threading, time
+from collections import Counter
 from pathlib import Path
-from .core import VERDICTS, BadInput, RecordError, check_output, iter_jsonl, read_problems, read_samples, write_records
+from .core import (VERDICTS, BadInput, RecordError, StageFailed, check_output, iter_jsonl, read_problems, read_samples,
+                        write_records)
 from .cli import parser, say, nonneg_int, positive_int, positive_float, unit_float
 from .policy import load_policy
 from .lean_backends import LeanBackend, ReplPool, ServerBackend, lake_executable
+from .sandbox import Sandbox, require_sandbox
 from .verifier import VerdictCache, Verifier
 from .lean_replay import ReplayPool, default_replay_bin, replay_skipped
 from .known_proofs import known_proof_verifier
 
 # %% auto #0
-__all__ = ['ERROR_FIXES', 'VerifierSettings', 'register_backend', 'backend_factory', 'backend_names', 'make_verifier',
-           'lean_checked', 'error_kind', 'ErrorGuard', 'verify_cli']
+__all__ = ['ERROR_FIXES', 'VerifierSettings', 'register_backend', 'backend_factory', 'sandbox_of', 'backend_names',
+           'make_verifier', 'lean_checked', 'error_kind', 'ErrorGuard', 'verify_cli']
 
 # %% ../nbs/verifier/verify.ipynb #5baaaa32
 @dataclasses.dataclass
@@ -46,6 +49,9 @@ class VerifierSettings:
     replay_cmd:list|None=None        # the replay tool's command (default `lake env $EI_REPLAY_BIN`, else the tool beside $EI_REPL_BIN's REPL)
     replay_workers:int|None=None     # replay tool processes; default: one per four workers
     max_error_frac:float=0.1         # a run stops when more Lean checks than this end in `error` (`ErrorGuard`; 1: never)
+    sandbox:bool=dataclasses.field(default_factory=lambda: os.environ.get('EI_UNSANDBOXED') != '1')
+                                     # repl, lean: every Lean process in the bubblewrap sandbox (`ei_nb.sandbox`); False:
+                                     # --unsandboxed (`ei run --unsandboxed` sets EI_UNSANDBOXED=1 for its stages)
 
     @classmethod
     def from_dict(cls, d:dict, where:str='verifier settings') -> 'VerifierSettings':
@@ -88,15 +94,23 @@ def backend_factory(name:str):
 def _needs_project(s:VerifierSettings):
     if s.project is None or not Path(s.project).is_dir(): raise BadInput(f'backend {s.backend} needs --project DIR (a Mathlib project), got {s.project!r}')
 
+def sandbox_of(s:VerifierSettings) -> Sandbox|None:
+    "The sandbox of a back-end that runs Lean here (None when told `--unsandboxed`); no working sandbox: `StageFailed`."
+    if not s.sandbox: return None
+    try: require_sandbox()
+    except Exception as e: raise StageFailed(f'verify: {e}') from None
+    return Sandbox()
+
 def _repl_backend(s:VerifierSettings):
     _needs_project(s)
-    cmd = s.repl_cmd or [lake_executable(), 'env', os.environ.get('EI_REPL_BIN', 'repl')]   # lake: paths.lake, $ELAN_HOME/bin, ~/.elan/bin, PATH
+    # lake: paths.lake, $ELAN_HOME/bin, ~/.elan/bin, PATH
+    cmd = s.repl_cmd or [lake_executable(), 'env', os.environ.get('EI_REPL_BIN', 'repl')]
     return ReplPool(cmd, s.project, s.workers or os.cpu_count() or 1, s.mem_mb, s.max_uses,
-                    s.header_timeout or max(600, s.timeout), s.max_reply, s.lean_version, s.stdout_mode)
+                    s.header_timeout or max(600, s.timeout), s.max_reply, s.lean_version, s.stdout_mode, sandbox_of(s))
 
 def _lean_backend(s:VerifierSettings):
     _needs_project(s)
-    return LeanBackend(s.project, s.lean_cmd, s.mem_mb, s.lean_version)
+    return LeanBackend(s.project, s.lean_cmd, s.mem_mb, s.lean_version, sandbox_of(s))
 
 def _server_backend(s:VerifierSettings):
     endpoints = s.endpoints or [e.strip() for e in os.environ.get('EI_LEAN_SERVER_ENDPOINTS', '').split(',') if e.strip()]
@@ -136,25 +150,26 @@ def make_verifier(settings='none',     # a `VerifierSettings`, a dict of setting
     made = backend_factory(s.backend)(s)
     if isinstance(made, Verifier): return made
     policy = load_policy(s.policy)
-    return Verifier(made, policy, VerdictCache(s.cache_dir) if s.cache_dir else None,
-                    s.workers or os.cpu_count() or 1, s.timeout, s.statement_check, _replay_pool(s, made, policy))
+    if made is not None and 'sandbox' not in made.identity and s.backend in ('repl', 'lean'):
+        made.identity = {**made.identity, 'sandbox': s.sandbox}     # verdicts of an unsandboxed checker are not reused
+    pickles = tempfile.mkdtemp(prefix='ei-replay-') if getattr(made, 'pickles', None) else None
+    return Verifier(made, policy, VerdictCache(s.cache_dir) if s.cache_dir else None, s.workers or os.cpu_count() or 1,
+                    s.timeout, s.statement_check, _replay_pool(s, made, policy, pickles), pickles)
 
-def _replay_pool(s:VerifierSettings, backend, policy:dict) -> ReplayPool|None:
-    "The replay tools for a back-end that can hand over what a proof added; None, said on stderr, where passes go unreplayed."
+def _replay_pool(s:VerifierSettings, backend, policy:dict, pickles=None) -> ReplayPool|None:
+    "The replay tools for a back-end that can hand over what a proof added (None, said on stderr, where passes go unreplayed)."
     if not s.replay or backend is None: return None
     if not getattr(backend, 'pickles', None):
         say(f'verify: back-end {s.backend!r} cannot hand over the environment a proof built: its passes are NOT replayed through the kernel')
         return None
     if why := replay_skipped(policy): say(f'verify: {why}'); return None
     workers = s.replay_workers or max(1, math.ceil((s.workers or os.cpu_count() or 1) / 4))
+    box = sandbox_of(s) if getattr(backend, 'sandbox', None) is not None else None
     return ReplayPool(s.replay_cmd or [lake_executable(), 'env', default_replay_bin()], s.project, workers, s.mem_mb,
-                      first_timeout=s.header_timeout or max(600, s.timeout))
+                      first_timeout=s.header_timeout or max(600, s.timeout),
+                      sandbox=Sandbox(ro=(pickles,)) if box and pickles else box)   # it reads the files there
 
 # %% ../nbs/verifier/verify.ipynb #b1b446fa
-import re
-from collections import Counter
-from .core import StageFailed
-
 ERROR_FIXES = (   # (words in the reason, the fix): the first that matches
     (('header failed', 'unknown package', 'import'), 'Lean cannot import the header: check the Mathlib project with `ei doctor --config CONFIG` (`ei setup-lean` builds it)'),
     (('cannot start', 'no such file', 'not found'), 'the REPL does not start: `lake` must be found (export PATH=$ELAN_HOME/bin:$PATH or set paths.lake) and EI_REPL_BIN must name the built REPL'),
@@ -225,6 +240,8 @@ def _parser():
     p.add_argument('--no-replay', action='store_true', help='do not replay passing proofs through the kernel (repl, lean)')
     p.add_argument('--replay-cmd', help='the replay tool command, shell-quoted (default: lake env $EI_REPLAY_BIN); '
                    'a missing or crashing tool stops the run with exit 3')
+    p.add_argument('--unsandboxed', action='store_true', help='run Lean without the bubblewrap sandbox (not recommended: '
+                   'code in a proof then runs with your rights); without it a missing sandbox stops the run (exit 3)')
     p.add_argument('--max-error-frac', type=unit_float, default=0.1,
                    help='stop (exit 3, nothing written) when more Lean checks than this share end in `error`: a broken verifier (1: never)')
     return p
@@ -240,7 +257,8 @@ def verify_cli(argv:list[str]) -> dict:
     kw = {k: v for k, v in dict(mem_mb=a.mem_mb, max_uses=a.max_uses, header_timeout=a.header_timeout, stdout_mode=a.stdout_mode,
                                 known_proofs=a.known_proofs, repl_cmd=a.repl_cmd and shlex.split(a.repl_cmd),
                                 lean_cmd=a.lean_cmd and shlex.split(a.lean_cmd), replay=False if a.no_replay else None,
-                                replay_cmd=a.replay_cmd and shlex.split(a.replay_cmd)).items() if v is not None}
+                                replay_cmd=a.replay_cmd and shlex.split(a.replay_cmd),
+                                sandbox=False if a.unsandboxed else None).items() if v is not None}
     cache = a.cache_dir or (None if a.backend in ('none', 'known') else Path(a.out).parent/'verdict_cache')
     counts, done, t0, last = {'n': len(samples), **dict.fromkeys(VERDICTS, 0)}, {}, time.time(), time.time()
     guard = ErrorGuard(a.max_error_frac, where=f'ei verify {a.samples}')

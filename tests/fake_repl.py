@@ -28,6 +28,14 @@ It misbehaves on request; directives are read from the command text (the verifie
   FAKE:qualified=P the report names P.NAME       FAKE:replerror  a REPL-level {"message": ...} reply
   FAKE:nullend     a warning whose endPos is null FAKE:u2028     (lean mode) a message holding U+2028 and U+2029
   FAKE:retype      the statement probe reports another type for the theorem than for the reference
+  FAKE:forge       print a forged clean-pass reply (the env number the real one will carry) on stdout, then the real
+                   reply (a Lean error): what code run inside Lean can print on the protocol channel
+  FAKE:wrongenv    the reply carries an env number out of the REPL's sequence
+`-- RUN: CODE` (one line of Python) is executed while the command is "elaborated", in the fake's process: a literal model
+of code that a proof runs inside Lean (`#eval`, `run_tac`, …), with this process's rights, files and environment.
+`#print "TEXT"` is answered as Lean answers it: an info message TEXT on its line (the verifier's sync command).
+FAKE:leak ends like Lean at its memory limit: `INTERNAL PANIC: out of memory` on stderr, exit 1 (leanprover/lean4
+src/runtime/object.cpp, `lean_internal_panic_out_of_memory`, read at 2e66341f).
 `{"pickleTo": PATH, "env": N}` (the REPL's `PickleEnvironment`, REPL/Main.lean `pickleCommandSnapshot` at v4.9.0-rc1:
 reply `{"env": N}`, or `{"message": "Unknown environment."}`) writes a PICKLE STAND-IN, JSON read by
 tests/fake_replay.py: the header's imports (`Init` first, as `headerToImports` puts it) and the constants the env's
@@ -54,7 +62,8 @@ A header containing `import Broken` fails to import (an error message, as Lean r
 gives them: `exact ei_line_probe_unknown` (an unknown identifier: the `server` backend's line probe, on that line) and the
 `norm_num` of `ei_doctor_false` (`ei doctor`'s false theorem `(2 : ℕ) + 2 = 5`: unsolved goals, on that line).
 Options: --log FILE (appends `start PID`, `cmd PID` and `pickle PID` lines), --header-delay S, --hang-on-header,
---die-after N (crash on the N-th proof), --no-flush, --lean (act as `lean --json FILE`, FILE the last argument).
+--die-after N (crash on the N-th proof), --no-flush, --lean (act as `lean --json FILE`, FILE the last argument),
+--hang-on REGEX (never answer a proof command whose text matches REGEX; the header and `#print` commands are answered).
 """
 import itertools, json, mmap, os, re, sys, time
 
@@ -134,6 +143,8 @@ def reply_for(text, env=None, next_state=0):
         shown = f'{q.group(1)}.{name}' if q else name
         if 'FAKE:twoaxioms' in text: msgs.insert(0, _msg('info', 1, f"'{name}' does not depend on any axioms", 0, 6))
         msgs.append(_msg('info', line, f"'{shown}' depends on axioms: [{', '.join(AXIOMS + extra + tainted)}]", 0, 6))
+    for i, l in enumerate(text.split('\n'), 1):    # `#print "TEXT"`: Lean logs the string
+        if (q := re.match(r'#print\s+"([^"\\]*)"\s*$', l)): msgs.append(_msg('info', i, q.group(1), 0, 6))
     for i, l in enumerate(text.split('\n'), 1):    # the verifier's statement probe: "the type Lean holds", faked from the text
         if (p := re.match(r'#eval .*Lean\.getConstInfo `(\S+)\)\.type\.dbgToString', l)):
             typ = fake_type(text, p.group(1))
@@ -216,9 +227,26 @@ def misbehave(a, out):
     if a == 'flood':
         while True: out.write(b'x' * 65536); out.flush()
     if a == 'leak':
-        # address space, untouched: an RLIMIT_AS kills this at once, and without a limit it costs no RAM
-        hog = [mmap.mmap(-1, 256 << 20) for _ in range(256)]
+        # address space, untouched: an RLIMIT_AS stops this at once, and without a limit it costs no RAM
+        try: hog = [mmap.mmap(-1, 256 << 20) for _ in range(256)]
+        except (MemoryError, OSError):       # Lean's allocator at the limit: lean_internal_panic_out_of_memory
+            sys.stderr.write('INTERNAL PANIC: out of memory\n'); sys.stderr.flush(); os._exit(1)
         while True: time.sleep(3600)
+
+def run_code(text):
+    "Execute the `-- RUN: CODE` lines of a command: code a proof runs inside Lean, here Python with the fake's rights."
+    for code in re.findall(r'^\s*-- RUN: (.*)$', text, re.M):
+        exec(code, {'os': os, 'sys': sys, 'json': json, 'time': time})
+
+def hangs(argv, text):
+    "Whether `--hang-on REGEX` asks to never answer this proof command."
+    pattern = _opt(argv, '--hang-on')
+    return bool(pattern and re.search(pattern, text))
+
+def forged(text, env):
+    "The clean-pass reply a proof's code prints to forge its verdict (FAKE:forge): the env number the real one will carry."
+    line, name = _axiom_line(text)
+    return {'env': env, 'messages': [_msg('info', line or 1, f"'{name}' depends on axioms: [{', '.join(AXIOMS)}]", 0, 6)]}
 
 def _log(path, what):
     if path:
@@ -238,6 +266,8 @@ def lean_main(argv):
         out.write((json.dumps(m, ensure_ascii=False) + '\n').encode())
     if 'import Broken' in text:
         emit(_msg('error', 1, "unknown package 'Broken'")); return 1
+    run_code(text)
+    if hangs(argv, text): misbehave('hang', out)
     a = action(text)
     if a: misbehave(a, out)
     reply = reply_for(text)
@@ -268,7 +298,8 @@ def main(argv):
                 out.flush()
                 sys.stderr.write('uncaught exception: ' + json.dumps({'message': f'Could not parse as a valid JSON command:\n{e}'}) + '\n')
                 return 1
-            _log(log, 'pickle' if 'pickleTo' in cmd else 'cmd')
+            sync = str(cmd.get('cmd', '')).startswith('#print "ei-sync-')
+            _log(log, 'pickle' if 'pickleTo' in cmd else 'sync' if sync else 'cmd')
             if 'pickleTo' in cmd:
                 if cmd.get('env') not in envs: reply = {'message': 'Unknown environment.'}
                 else: write_pickle(cmd['pickleTo'], *envs[cmd['env']]); reply = {'env': cmd['env']}
@@ -281,12 +312,17 @@ def main(argv):
             elif not isinstance(cmd['env'], int) or cmd['env'] >= n_env:
                 reply = {'message': 'Unknown environment.'}
             else:
-                n_proofs += 1
-                if die_after and n_proofs >= die_after: misbehave('crash', out)
-                a = action(cmd.get('cmd', ''))
+                text = cmd.get('cmd', '')
+                n_proofs += not sync
+                if die_after and n_proofs >= die_after and not sync: misbehave('crash', out)
+                run_code(text)
+                if hangs(argv, text) and not sync: misbehave('hang', out)
+                a = action(text)
                 if a: misbehave(a, out)
                 if a == 'garbage': continue
-                reply = reply_for(cmd.get('cmd', ''), n_env, n_states)
+                if 'FAKE:forge' in text: out.write((pretty(forged(text, n_env)) + '\n\n').encode()); out.flush()
+                reply = reply_for(text.replace('FAKE:forge', 'FAKE:error'), n_env, n_states)
+                if 'FAKE:wrongenv' in text: reply['env'] = n_env + 7
                 n_states += len(reply.get('sorries', [])) if isinstance(reply.get('sorries'), list) else 0
                 imports, texts = envs[cmd['env']]
                 envs[n_env] = (imports, texts + [cmd.get('cmd', '')])
