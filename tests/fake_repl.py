@@ -236,7 +236,8 @@ def misbehave(a, out):
 def run_code(text):
     "Execute the `-- RUN: CODE` lines of a command: code a proof runs inside Lean, here Python with the fake's rights."
     for code in re.findall(r'^\s*-- RUN: (.*)$', text, re.M):
-        exec(code, {'os': os, 'sys': sys, 'json': json, 'time': time})
+        try: exec(code, {'os': os, 'sys': sys, 'json': json, 'time': time})
+        except Exception as e: sys.stderr.write(f'fake repl: RUN: {type(e).__name__}: {e}\n')   # elaboration goes on
 
 def hangs(argv, text):
     "Whether `--hang-on REGEX` asks to never answer this proof command."

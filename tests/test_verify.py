@@ -280,13 +280,19 @@ def _log(path):
     return {'start': lines[0::2].count('start'), 'cmd': lines[0::2].count('cmd'), 'lean': lines[0::2].count('lean')}   # `pickle` lines not counted
 
 def _fake_repl(project, tmp_path, *args, timeout=1.0, workers=1, **kw):
+    """The fake REPL through `make_verifier`; outside the sandbox by default (its --log is written on the host: the sandbox's
+    own tests are tests/test_sandbox.py and the `sandbox=True` cases here)."""
     log = tmp_path/'fake.log'
     kw.setdefault('replay_cmd', [sys.executable, FAKE_REPLAY])
+    kw.setdefault('sandbox', False)
     return make_verifier('repl', project=project, workers=workers, timeout=timeout, mem_mb=kw.pop('mem_mb', 256),
                          repl_cmd=[sys.executable, FAKE, '--log', str(log), *args], **kw), log
 
-FAULTS = {'hang': 'timeout', 'crash': 'crashed', 'garbage': 'malformed reply', 'partial': 'timeout',
-          'flood': 'reply over', 'leak': 'crashed', 'badshape': 'malformed reply', 'replerror': 'repl:'}
+FAULTS = {'hang': ('fail', 'timeout: no reply within 1 s'), 'crash': ('error', 'crashed'),   # a proof's limits are its `fail`
+          'garbage': ('error', 'malformed reply'), 'partial': ('fail', 'timeout:'), 'flood': ('error', 'reply over'),
+          'leak': ('fail', 'memory: the REPL died at the memory limit'), 'badshape': ('error', 'malformed reply'),
+          'replerror': ('error', 'protocol: the reply to a proof: expected env 1'),
+          'forge': ('error', 'protocol: output after the reply'), 'wrongenv': ('error', 'protocol: the reply to a proof')}
 LEAN_FAILS = {'error': 'lean error', 'sorry': 'lean sorry', 'axiom=sorryAx': 'uses sorryAx',
               'axiom=Lean.ofReduceBool': 'uses Lean.ofReduceBool', 'axiom=Lean.trustCompiler': 'uses Lean.trustCompiler',
               'noaxioms': 'no report', 'sorry428': 'lean sorry'}
@@ -294,19 +300,24 @@ LEAN_FAILS = {'error': 'lean error', 'sorry': 'lean sorry', 'axiom=sorryAx': 'us
 class TestFaultInjection:
     "FAULT-INJECTION: the REPL pool against tests/fake_repl.py. These run no Lean."
 
+    @pytest.mark.parametrize('sandbox', [False, True])
     @pytest.mark.parametrize('fault', sorted(FAULTS))
-    def test_fault_is_an_error_and_the_pool_recovers(self, fault, project, tmp_path):
-        v, log = _fake_repl(project, tmp_path, max_reply=1 << 20)
+    def test_fault_verdict_and_the_pool_recovers(self, fault, sandbox, project, tmp_path):
+        # issue 36: after any fault, fail or protocol surprise the REPL is replaced; issue 34: a timeout or the memory
+        # limit is the proof's `fail`, never `error`
+        v = make_verifier('repl', project=project, workers=1, timeout=1.0, mem_mb=256, max_reply=1 << 20, sandbox=sandbox,
+                          repl_cmd=[sys.executable, FAKE], replay_cmd=[sys.executable, FAKE_REPLAY])
         with v:
             t0 = time.perf_counter()
             bad = v.verify_one(*_proof(f'FAKE:{fault}', 0))
             took = time.perf_counter() - t0
             after = v.verify_one(*_proof('', 1))
-        assert bad['verdict'] == 'error' and FAULTS[fault] in bad['reason'], bad
+            stats = v.backend.stats
+        assert bad['verdict'] == FAULTS[fault][0] and FAULTS[fault][1] in bad['reason'], bad
         assert took < 5
         assert after['verdict'] == 'pass', after
         check_record(bad, 'verdict'); check_record(after, 'verdict')
-        if fault not in ('badshape', 'replerror'): assert _log(log)['start'] == 2     # killed and restarted
+        assert stats['starts'] == 2                        # killed (or dropped after a non-pass) and restarted
 
     @pytest.mark.parametrize('kind', sorted(LEAN_FAILS))
     def test_lean_level_failures_are_fail(self, kind, project, tmp_path):
@@ -319,7 +330,7 @@ class TestFaultInjection:
         with v:
             ok, slow = v.verify_one(*_proof('FAKE:slow=0.2', 0)), v.verify_one(*_proof('FAKE:slow=3', 1))
         assert ok['verdict'] == 'pass'
-        assert slow['verdict'] == 'error' and 'timeout after 0.6 s' in slow['reason'] and slow['verify_s'] < 1.5
+        assert slow['verdict'] == 'fail' and slow['reason'] == 'timeout: no reply within 0.6 s' and slow['verify_s'] < 1.5
 
     def test_header_is_imported_once_and_reused(self, project, tmp_path):
         v, log = _fake_repl(project, tmp_path)
@@ -339,7 +350,7 @@ class TestFaultInjection:
     def test_crash_mid_stream_restarts(self, project, tmp_path):
         v, log = _fake_repl(project, tmp_path, '--die-after', '3', statement_check=False)
         with v: res = sorted(v.verify_stream(_proof('', i) for i in range(6)), key=lambda r: r['sample_idx'])
-        assert [r['verdict'] for r in res] == ['pass', 'pass', 'error', 'pass', 'pass', 'error']
+        assert [r['verdict'] for r in res] == ['pass', 'pass', 'error', 'pass', 'pass', 'error']   # a crash is the checker's
         assert _log(log)['start'] == 2          # the fake's proof counter restarts with the process
 
     @pytest.mark.parametrize('directive', ['FAKE:twoaxioms', 'FAKE:nullend'])
@@ -380,7 +391,7 @@ class TestFaultInjection:
     def test_memory_limit_applies_to_the_repl(self, project, tmp_path):
         v, _ = _fake_repl(project, tmp_path, mem_mb=256)
         with v: r = v.verify_one(*_proof('FAKE:leak'))
-        assert r['verdict'] == 'error' and 'Cannot allocate memory' in r['reason'], r
+        assert r['verdict'] == 'fail' and r['reason'].startswith('memory:') and 'INTERNAL PANIC: out of memory' in r['reason'], r
 
     def test_no_fault_is_ever_a_pass(self, project, tmp_path):
         v, _ = _fake_repl(project, tmp_path, timeout=0.4, workers=2, max_reply=1 << 20, max_uses=4)
@@ -443,7 +454,7 @@ class TestFaultInjectionStreamingAndCache:
         pairs = [_proof('', 0), _proof('FAKE:error', 1), _proof('FAKE:hang', 2)]
         v, log = _fake_repl(project, tmp_path, timeout=0.5, cache_dir=cache, statement_check=False)
         with v: first = sorted(v.verify_stream(iter(pairs)), key=lambda r: r['sample_idx'])
-        assert [r['verdict'] for r in first] == ['pass', 'fail', 'error']
+        assert [r['verdict'] for r in first] == ['pass', 'fail', 'fail']           # the hang: fail, reason timeout
         before = _log(log)
         v, log = _fake_repl(project, tmp_path, timeout=0.5, cache_dir=cache, statement_check=False)
         with v: second = sorted(v.verify_stream(iter(pairs[:2])), key=lambda r: r['sample_idx']); stats = dict(v.stats)
@@ -451,7 +462,7 @@ class TestFaultInjectionStreamingAndCache:
         assert stats == {'lean_runs': 0, 'cache_hits': 2, 'reference_runs': 0, 'replays': 0} and _log(log) == before   # no process was even started
         v, log = _fake_repl(project, tmp_path, timeout=0.5, cache_dir=cache, statement_check=False)
         with v: again = v.verify_one(*pairs[2]); stats = dict(v.stats)
-        assert again['verdict'] == 'error' and stats['lean_runs'] == 1              # errors are retried
+        assert again['reason'].startswith('timeout') and stats['lean_runs'] == 1   # a timeout is not cached: retried
 
     def test_cache_key_covers_policy_and_checker(self, project, tmp_path):
         code = H + S + P
@@ -481,15 +492,16 @@ class TestFaultInjectionLeanBackend:
 
     @pytest.mark.parametrize('directive,verdict,why', [
         ('', 'pass', None), ('FAKE:error', 'fail', 'lean error'), ('FAKE:sorry', 'fail', 'lean sorry'),
-        ('FAKE:axiom=sorryAx', 'fail', 'sorryAx'), ('FAKE:hang', 'error', 'timeout'), ('FAKE:crash', 'error', 'crashed'),
-        ('FAKE:garbage', 'error', 'malformed output'), ('FAKE:leak', 'error', 'exit 1 without an error'),
+        ('FAKE:axiom=sorryAx', 'fail', 'sorryAx'), ('FAKE:hang', 'fail', 'timeout: no answer within 1 s'),
+        ('FAKE:crash', 'error', 'crashed'), ('FAKE:garbage', 'error', 'malformed output'),
+        ('FAKE:leak', 'fail', 'memory: lean died at the memory limit (exit 1: INTERNAL PANIC: out of memory)'),
         ('FAKE:replerror', 'error', 'malformed output'), ('FAKE:u2028', 'pass', None), ('FAKE:sorry428', 'fail', 'lean sorry')])
     def test_lean_backend(self, directive, verdict, why, project, tmp_path):
         v = make_verifier('lean', project=project, timeout=1, mem_mb=256, lean_cmd=[sys.executable, FAKE, '--lean'],
                           replay_cmd=[sys.executable, FAKE_REPLAY])
         with v: r = v.verify_one(*_proof(directive))
         assert r['verdict'] == verdict and (why is None or why in r['reason']), r
-        assert list((project/'.ei_verify').iterdir()) == []          # the temporary file is removed
+        assert list(project.iterdir()) == [project/'lean-toolchain']  # nothing written into the project (sandboxed: it cannot)
 
     def test_broken_header_is_an_error(self, project):
         v = make_verifier('lean', project=project, timeout=2, lean_cmd=[sys.executable, FAKE, '--lean'], replay_cmd=[sys.executable, FAKE_REPLAY])
@@ -544,8 +556,8 @@ class TestFaultInjectionServer:
             with make_verifier('server', endpoints=urls, workers=2, timeout=5, api_key='k3y', statement_check=False) as v:
                 res = sorted(v.verify_stream(_proof(d, i) for i, d in enumerate(['', 'FAKE:error', 'FAKE:axiom=sorryAx', '', 'FAKE:crash', ''])),
                              key=lambda r: r['sample_idx'])
-        assert [r['verdict'] for r in res] == ['pass', 'fail', 'fail', 'pass', 'error', 'pass']
-        assert 'timed out' in res[4]['reason']
+        assert [r['verdict'] for r in res] == ['pass', 'fail', 'fail', 'pass', 'fail', 'pass']
+        assert res[4]['reason'].startswith('timeout: server: Lean REPL command timed out')   # kimina's timeout: the proof's
         ports = [int(u.rsplit(':', 1)[1]) for u in urls]
         assert sorted(h.hits.count(p) for p in ports) == [4, 4] and set(h.keys) == {'k3y'}   # 3 proofs and 1 line probe each (issue 27)
 
@@ -573,10 +585,10 @@ class TestFaultInjectionServer:
             r = v.verify_one(*_proof())
         assert r['verdict'] == 'error' and 'HTTP 429' in r['reason'] and len(h.hits) == 3, r
 
-    def test_client_timeout_is_an_error(self):
+    def test_client_timeout_fails_the_proof(self):
         with kimina(1) as (urls, h), make_verifier('server', endpoints=urls, timeout=0.3, margin=0.2) as v:
             t0 = time.perf_counter(); r = v.verify_one(*_proof('FAKE:hang'))
-        assert r['verdict'] == 'error' and 'timeout' in r['reason'] and time.perf_counter() - t0 < 2.5
+        assert r['verdict'] == 'fail' and r['reason'].startswith('timeout: server') and time.perf_counter() - t0 < 2.5
 
 def test_server_endpoints_come_from_the_environment_when_not_given(monkeypatch):
     "A stage notebook passes no endpoints: the `server` backend reads EI_LEAN_SERVER_ENDPOINTS (as configs/goedel8b_two_node.toml sets it)."

@@ -48,11 +48,17 @@ def test_repl_client_survives_the_fake_exiting_on_malformed_reply_input(tmp_path
 NOFLUSH_C = r'''
 #include <stdio.h>
 #include <string.h>
-int main(void) {            /* answers every blank-line-terminated command with {"env": N}, printf only, never fflush */
-    char line[65536]; int n = 0, inblock = 0;
+int main(void) {   /* answers every blank-line-terminated command with {"env": N} (N counting up from 0) and a
+                      `#print "TEXT"` with TEXT as an info message, as the REPL does; printf only, never fflush */
+    char line[65536], text[256] = ""; int n = 0, inblock = 0;
     while (fgets(line, sizeof line, stdin)) {
-        if (strcmp(line, "\n") == 0) { if (inblock) { printf("{\"env\": %d}\n\n", n++); inblock = 0; } }
-        else inblock = 1;
+        char *p = strstr(line, "#print \\\""), *q = p ? strstr(p + 9, "\\\"") : 0;
+        if (q && q - p - 9 < 255) { memcpy(text, p + 9, q - p - 9); text[q - p - 9] = 0; }
+        if (strcmp(line, "\n") != 0) { inblock = 1; continue; }
+        if (!inblock) continue;
+        if (text[0]) printf("{\"messages\": [{\"severity\": \"info\", \"data\": \"%s\"}], \"env\": %d}\n\n", text, n++);
+        else printf("{\"env\": %d}\n\n", n++);
+        inblock = 0; text[0] = 0;
     }
     return 0;
 }
