@@ -319,12 +319,18 @@ def _timings(t0:float, gen_end:float, gen_s:float, feed, verify_work_s:float) ->
             'verify_work_s': round(verify_work_s, 3), 'tail_s': round(now - gen_end, 3),
             'overlap_efficiency': round(max(gen_s, ver) / wall, 3) if wall > 0 else None}
 
+def _limit_counts(verdicts:dict) -> dict:
+    "How many `fail` verdicts each limit gave (reason `timeout: …` / `memory: …`)."
+    kinds = [(v.get('reason') or '').split(':')[0] for v in verdicts.values() if v['verdict'] == 'fail']
+    return {k: kinds.count(k) for k in ('timeout', 'memory') if k in kinds}
+
 def _summary(problems, kept, dropped, samples:dict, verdicts:dict, n_resumed:int, n_prefilled:int) -> dict:
     m, counts = max(len(samples), 1), {}
     for v in verdicts.values(): counts[v['verdict']] = counts.get(v['verdict'], 0) + 1
     return {'n_problems': len(problems), 'n_sampled_problems': len(kept), 'n_dropped': len(dropped), 'dropped': dropped,
             'n_samples': len(samples), 'n_generated': len(samples) - n_resumed, 'n_resumed': n_resumed,
             'n_prefilled_problems': n_prefilled, 'n_verdicts': len(verdicts), 'verdict_counts': dict(sorted(counts.items())),
+            'limit_counts': _limit_counts(verdicts),   # the proofs that ran out of time or memory (verdict fail, issue 34)
             'mean_tokens': sum(s['n_tokens'] for s in samples.values()) / m, 'capped_frac': sum(s['capped'] for s in samples.values()) / m}
 
 def _progress(total:int, progress):

@@ -270,4 +270,7 @@ def verify_cli(argv:list[str]) -> dict:
     guard.check(final=True)
     write_records(a.out, [done[(s['name'], s['sample_idx'])] for s in samples], kind='verdict')
     say(f'verify: {len(samples)} samples in {time.time()-t0:.1f} s -> {a.out}')
-    return {k: counts[k] for k in ('n', 'pass', 'fail', 'error', 'no_code', 'unchecked')}
+    limits = Counter(k for r in done.values() if r['verdict'] == 'fail' and (k := (r['reason'] or '').split(':')[0])
+                     in ('timeout', 'memory'))      # a proof past a limit is its `fail`; the guard counts only `error`
+    return {k: counts[k] for k in ('n', 'pass', 'fail', 'error', 'no_code', 'unchecked')} | (
+        {'limits': dict(sorted(limits.items()))} if limits else {})
