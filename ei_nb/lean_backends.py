@@ -271,6 +271,7 @@ class ReplPool:
                  sandbox:Sandbox|None=None): # each REPL in this sandbox (`ei_nb.sandbox`); None: as it is
         self.repls = [Repl(cmd, cwd, mem_mb, max_uses, max_reply, stdout_mode=stdout_mode, sandbox=sandbox)
                       for _ in range(max(1, workers))]
+        self.sandbox = sandbox
         self.idle, self.cv, self.stalled = list(self.repls), threading.Condition(), None
         self.header_timeout = header_timeout
         self.identity = {'backend': 'repl', 'cmd': list(cmd), 'lean': lean_version, **_project_identity(cwd)}

@@ -2,10 +2,11 @@
 
 The stand-in is `tests/fake_repl.py`, which speaks the REPL's real protocol and executes the line `-- RUN: CODE` of a
 proof (Python) while it "elaborates" it: a literal model of code a proof runs inside Lean (`#eval`, `run_tac`,
-`eval%`, …), with the rights of the process that checks it. Each attack goes through the real `ei verify --backend repl`
-(and `lean`) path with default settings, and each assertion is made twice: with the default settings the attack is
-contained, with `--unsandboxed` it gets out (so the assertion is one that can fail). Where bwrap is missing the tests
-fail when CI is set (tests/run.sh installs bubblewrap there) and are skipped, saying why, elsewhere."""
+`eval%`, …), with the rights of the process that checks it. Each attack goes through the real
+`ei verify --backend repl` (and `lean`) path with default settings, and each assertion is made twice: with the
+default settings the attack is contained, with `--unsandboxed` it gets out (so the assertion is one that can fail).
+Where bwrap is missing the tests fail when CI is set (tests/run.sh installs bubblewrap there) and are skipped, saying
+why, elsewhere."""
 import json, os, socket, sys, threading, time, uuid
 from pathlib import Path
 
@@ -22,23 +23,27 @@ PROB = next(p for p in map(json.loads, open(shared_data('minif2f_dsp15.jsonl'), 
 
 if not bwrap_executable() or sandbox_check()['status'] != 'OK':
     why = f"no working sandbox here: {sandbox_check()['detail']}"
-    if os.environ.get('CI'): raise RuntimeError(f'{why}: CI must run the sandbox tests (tests/run.sh installs bubblewrap)')
+    if os.environ.get('CI'):
+        raise RuntimeError(f'{why}: CI must run the sandbox tests (tests/run.sh installs bubblewrap)')
     pytest.skip(why, allow_module_level=True)
 
 
 def _verify(tmp_path, payloads, *extra, backend='repl'):
     "`ei verify` over one proof per payload (a `-- RUN:` line in a proof that Lean would accept); its rc and verdicts."
-    proj = tmp_path/'project'; proj.mkdir(exist_ok=True); (proj/'lean-toolchain').write_text('leanprover/lean4:v4.9.0-rc1\n')
+    proj = tmp_path/'project'; proj.mkdir(exist_ok=True)
+    (proj/'lean-toolchain').write_text('leanprover/lean4:v4.9.0-rc1\n')
     write_records(tmp_path/'p.jsonl', [PROB], 'problem')
     body = PROB['header'] + PROB['formal_statement'] + '  ring\n'
     samples = [{'name': PROB['name'], 'sample_idx': i, 'round': 0, 'n_tokens': 1, 'capped': False,
                 'completion': f'```lean4\n{body}  -- RUN: {code}\n```'} for i, code in enumerate(payloads)]
     write_records(tmp_path/'s.jsonl', samples, 'sample')
     out = tmp_path/f'v_{uuid.uuid4().hex[:6]}.jsonl'
-    cmd = ['--lean-cmd', f'{sys.executable} {FAKE} --lean'] if backend == 'lean' else ['--repl-cmd', f'{sys.executable} {FAKE}']
+    cmd = ['--lean-cmd', f'{sys.executable} {FAKE} --lean'] if backend == 'lean' else \
+          ['--repl-cmd', f'{sys.executable} {FAKE}']
     rc = main(['verify', '--problems', str(tmp_path/'p.jsonl'), '--samples', str(tmp_path/'s.jsonl'), '--out', str(out),
                '--backend', backend, '--project', str(proj), '--workers', '1', '--timeout', '10', *cmd,
-               '--replay-cmd', f'{sys.executable} {FAKE_REPLAY}', '--cache-dir', str(tmp_path/f'cache_{out.stem}'), *extra])
+               '--replay-cmd', f'{sys.executable} {FAKE_REPLAY}', '--cache-dir', str(tmp_path/f'cache_{out.stem}'),
+               *extra])
     return rc, (read_verdicts(out) if out.exists() else None), proj
 
 
@@ -81,7 +86,7 @@ def test_no_tcp_connection_to_the_host_loopback_and_no_secret(tmp_path, monkeypa
     assert rc == 0 and verdicts[0]['verdict'] == 'pass', verdicts
     assert (got == []) is contained, got                             # no connection to the host's 127.0.0.1
     if not contained: assert got == [b'hunter2']
-    assert (verdicts[1]['verdict'] == 'pass') is contained, verdicts[1]   # the secret is not in the sandbox's environment
+    assert (verdicts[1]['verdict'] == 'pass') is contained, verdicts[1]   # the secret is not in the sandbox's env
     if not contained: assert verdicts[1]['verdict'] == 'error' and 'exit 42' in verdicts[1]['reason']
 
 
@@ -119,9 +124,23 @@ def test_a_run_refuses_to_start_without_a_working_sandbox(tmp_path, monkeypatch,
     monkeypatch.setattr(sb, '_WORKS', set())
     rc, verdicts, _ = _verify(tmp_path, ['pass'])
     err = capsys.readouterr().err
-    assert rc == 3 and verdicts is None and 'no working sandbox' in err and 'apt-get install bubblewrap' in err, err[-800:]
+    assert rc == 3 and verdicts is None, err[-800:]
+    assert 'no working sandbox' in err and 'apt-get install bubblewrap' in err, err[-800:]
     rc, verdicts, _ = _verify(tmp_path, ['pass'], '--unsandboxed')   # told so, it runs
     assert rc == 0 and verdicts[0]['verdict'] == 'pass'
+
+
+def test_every_lean_process_of_a_default_verifier_is_sandboxed(tmp_path):
+    from ei_nb.verify import make_verifier
+    (tmp_path/'lean-toolchain').write_text('x\n')
+    kw = dict(project=tmp_path, replay_cmd=[sys.executable, str(FAKE_REPLAY)])
+    with make_verifier('repl', repl_cmd=[sys.executable, str(FAKE)], **kw) as v:
+        assert all(r.sandbox is not None for r in v.backend.repls + v.replay.tools)     # the REPLs and the replay tools
+        assert v.identity['sandbox'] is True
+    with make_verifier('lean', lean_cmd=[sys.executable, str(FAKE), '--lean'], **kw) as v:
+        assert v.backend.sandbox is not None and all(t.sandbox is not None for t in v.replay.tools)
+    with make_verifier('repl', repl_cmd=[sys.executable, str(FAKE)], sandbox=False, **kw) as v:
+        assert all(r.sandbox is None for r in v.backend.repls + v.replay.tools) and v.identity['sandbox'] is False
 
 
 def test_the_command_line_and_the_environment_inside(tmp_path):
