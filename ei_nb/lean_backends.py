@@ -120,7 +120,8 @@ class Repl:
         cmd = (['stdbuf', '-oL'] if self.stdout_mode == 'stdbuf' else []) + self.cmd
         if self.sandbox is not None:
             self.xdir = tempfile.mkdtemp(prefix='ei-repl-')
-            cmd = self.sandbox.wrap(cmd, self.cwd, rw=[self.xdir], env=self.env)
+            try: cmd = self.sandbox.wrap(cmd, self.cwd, rw=[self.xdir], env=self.env)
+            except OSError: shutil.rmtree(self.xdir, ignore_errors=True); self.xdir = None; raise
         return limited(cmd, self.mem_mb)
 
     def start(self):

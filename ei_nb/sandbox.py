@@ -4,7 +4,7 @@
 
 # %% ../nbs/verifier/sandbox.ipynb #bc691836
 from __future__ import annotations
-import dataclasses, os, shlex, shutil, subprocess, sys, tempfile
+import dataclasses, errno, os, shlex, shutil, subprocess, sys, tempfile
 from pathlib import Path
 
 # %% auto #0
@@ -97,7 +97,9 @@ class Sandbox:
     ro: tuple = ()   # more read-only paths than those the command names (e.g. the folder of the files the replay reads)
 
     def wrap(self, cmd:list, cwd=None, rw=(), env:dict|None=None) -> list[str]:
-        "`cmd` in the sandbox, run in `cwd` (read-only), with `rw` writable."
+        "`cmd` in the sandbox, run in `cwd` (read-only), with `rw` writable; a missing program is `FileNotFoundError`."
+        if _program(str(cmd[0]), cwd) is None:   # as `Popen` says it, rather than a bwrap that exits 1
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(cmd[0]))
         return bwrap_command(cmd, cwd, self.ro, rw, env)
 
 # %% ../nbs/verifier/sandbox.ipynb #a8a37c8c

@@ -1,15 +1,15 @@
-"""Issue 27, part 3: a broken verifier stops the run instead of scoring it. Stand-ins: a checking server whose every check
-times out (kimina-lean-server answers a proof past its timeout with 200 and `"error": "Lean REPL command timed out in N
-seconds"`, server/routers/check.py at fb2393de), a REPL that crashes on every proof (tests/fake_repl.py --die-after 1), and a
-checking server that answers 401 (kimina's server/auth.py: a wrong key). `ei eval`, `ei verify` and `ei confirm run` stop with
-exit 3 naming the error share, the most common reason and the fix; the stage keeps its finished chunks, and the rerun after
-the fix resumes and checks the `error` samples again. Sampling goes through the `served` sampler and the stand-in
-`vllm serve` (tests/fake_vllm.py) with canned proofs, so every sample reaches the checker.
+"""Issue 27, part 3: a broken verifier stops the run instead of scoring it. Stand-ins: a checking server whose every
+check times out (kimina-lean-server answers a proof past its timeout with 200 and `"error": "Lean REPL command timed out
+in N seconds"`, server/routers/check.py at fb2393de), a REPL that crashes on every proof (tests/fake_repl.py --die-after
+1), and a checking server that answers 401 (kimina's server/auth.py: a wrong key). `ei eval`, `ei verify` and `ei
+confirm run` stop with exit 3 naming the error share, the most common reason and the fix; the stage keeps its finished
+chunks, and the rerun after the fix resumes and checks the `error` samples again. Sampling goes through the `served`
+sampler and the stand-in `vllm serve` (tests/fake_vllm.py) with canned proofs, so every sample reaches the checker.
 
 Issue 34, point 3: a timeout fails the proof, not the run. A checker that hangs on half the proofs finishes `ei verify`
-(the REPL pool, in its sandbox) and a stage (`ei eval` on the checking-server stand-in) with exit 0 and half the verdicts
-`fail` with reason `timeout`; one that times out on every proof, a known proof included, is still broken: `error`, and
-the guard stops the run."""
+(the REPL pool, in its sandbox) and a stage (`ei eval` on the checking-server stand-in) with exit 0 and half the
+verdicts `fail` with reason `timeout`; one that times out on every proof, a known proof included, is still broken:
+`error`, and the guard stops the run."""
 import http.server, json, re, shlex, sys, zlib
 from pathlib import Path
 import pytest
@@ -23,14 +23,15 @@ SERVE = {'vllm_bin': f'{sys.executable} {ROOT / "tests" / "fake_vllm.py"}', 'dea
 
 
 class Checker(http.server.BaseHTTPRequestHandler):
-    """A kimina-lean-server stand-in: `ok` (the fake REPL's reply, lines from the top of the file), `timeout` (every request,
-    its line probe included), `proofs_time_out` (every proof, the known proof included: only the line probe answers),
-    `half` (the proofs of the problems `hangs` picks time out), or `401`."""
+    """A kimina-lean-server stand-in: `ok` (the fake REPL's reply, lines from the top of the file), `timeout` (every
+    request, its line probe included), `proofs_time_out` (every proof, the known proof included: only the line probe
+    answers), `half` (the proofs of the problems `hangs` picks time out), or `401`."""
     mode, seen = 'ok', None
     def log_message(self, *a): pass
     def _send(self, code, obj):
         data = json.dumps(obj).encode()
-        self.send_response(code); self.send_header('Content-Type', 'application/json'); self.send_header('Content-Length', str(len(data)))
+        self.send_response(code); self.send_header('Content-Type', 'application/json')
+        self.send_header('Content-Length', str(len(data)))
         self.end_headers(); self.wfile.write(data)
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
@@ -65,28 +66,36 @@ def _valid(k):
 
 
 def _eval_args(problems, model, out, url):
-    return ['--problems', str(problems), '--model', str(model), '--out-dir', str(out), '--n', '1', '--max-new-tokens', '16',
-            '--backend', 'served', *[a for k, v in SERVE.items() for a in ('--serve', f'{k}={json.dumps(v)}')],
-            '--prompt-style', 'completion', '--chunk-problems', '8', '--verify-backend', 'server', '--endpoint', url, '--workers', '4']
+    return ['--problems', str(problems), '--model', str(model), '--out-dir', str(out), '--n', '1',
+            '--max-new-tokens', '16', '--backend', 'served',
+            *[a for k, v in SERVE.items() for a in ('--serve', f'{k}={json.dumps(v)}')],
+            '--prompt-style', 'completion', '--chunk-problems', '8', '--verify-backend', 'server', '--endpoint', url,
+            '--workers', '4']
 
 
-def test_ei_eval_stops_on_a_server_whose_checks_all_time_out_and_resumes_after_the_fix(canned, tiny_model_dir, tmp_path):
+def test_ei_eval_stops_on_a_server_whose_checks_all_time_out_and_resumes_after_the_fix(canned, tiny_model_dir,
+                                                                                      tmp_path):
     from ei_nb.eval import eval_cli
     write_records(tmp_path / 'problems.jsonl', _valid(32), 'problem')
     out = tmp_path / 'eval'
     with checker('timeout') as (url, h):
-        with pytest.raises(StageFailed) as e: eval_cli(_eval_args(tmp_path / 'problems.jsonl', tiny_model_dir, out, url))
+        with pytest.raises(StageFailed) as e:
+            eval_cli(_eval_args(tmp_path / 'problems.jsonl', tiny_model_dir, out, url))
     msg = str(e.value)
-    assert 'ended in `error`' in msg and 'Lean REPL command timed out in N seconds' in msg and 'raise it, or lower verify.workers' in msg
+    assert 'ended in `error`' in msg and 'Lean REPL command timed out in N seconds' in msg
+    assert 'raise it, or lower verify.workers' in msg
     assert 'verify.max_error_frac = 0.1' in msg and 'rerun the same command' in msg
-    kept = read_samples(out / 'eval_samples.jsonl')               # the finished chunks are kept (here generation outran the checks)
+    # the finished chunks are kept (here generation outran the checks)
+    kept = read_samples(out / 'eval_samples.jsonl')
     assert len(kept) >= 8 and all(v['verdict'] == 'error' for v in read_verdicts(out / 'eval_verdicts.jsonl', False))
     with checker('ok') as (url, h):                                # the fix: a working server
         r = eval_cli(_eval_args(tmp_path / 'problems.jsonl', tiny_model_dir, out, url))
     assert r['verdict_counts'] == {'pass': 32} and r['solved'] == 32    # every `error` was checked again
     ids = [c['custom_id'] for b in h.seen for c in b['codes']]
-    assert ids.count('ei-line-probe') == 1 and len(ids) == 1 + 32 + 32   # one line probe, each sample and its reference statement
-    if len(kept) == 32:                                            # the rerun had nothing to generate: it started no server
+    # one line probe, each sample and its reference statement
+    assert ids.count('ei-line-probe') == 1 and len(ids) == 1 + 32 + 32
+    # the rerun had nothing to generate: it started no server
+    if len(kept) == 32:
         assert (out / 'logs' / 'vllm_eval.log').read_text().count('starting: ') == 1
 
 
@@ -94,11 +103,13 @@ def test_ei_verify_stops_when_the_repl_crashes_on_every_proof(tmp_path, capsys):
     from ei_nb.cli import main
     probs = _valid(24)
     write_records(tmp_path / 'p.jsonl', probs, 'problem')
-    few = {r['name']: r for r in map(json.loads, open(shared_data('minif2f_valid_few_shot_dsp15.jsonl'), encoding='utf-8'))}
+    few = {r['name']: r for r in map(json.loads, open(shared_data('minif2f_valid_few_shot_dsp15.jsonl'),
+                                                      encoding='utf-8'))}
     samples = [{'name': p['name'], 'sample_idx': 0, 'round': 0, 'n_tokens': 1, 'capped': False,
                 'completion': f"```lean4\n{p['header']}{p['formal_statement']}\n  norm_num\n```"} for p in probs]
     write_records(tmp_path / 's.jsonl', samples, 'sample')
-    rc = main(['verify', '--problems', str(tmp_path / 'p.jsonl'), '--samples', str(tmp_path / 's.jsonl'), '--out', str(tmp_path / 'v.jsonl'),
+    rc = main(['verify', '--problems', str(tmp_path / 'p.jsonl'), '--samples', str(tmp_path / 's.jsonl'),
+               '--out', str(tmp_path / 'v.jsonl'),
                '--backend', 'repl', '--project', str(tmp_path), '--workers', '2', '--timeout', '10', '--no-replay',
                '--repl-cmd', f'{sys.executable} {ROOT / "tests" / "fake_repl.py"} --die-after 1'])
     err = capsys.readouterr().err
@@ -113,17 +124,20 @@ def test_a_401_from_the_checking_server_stops_ei_confirm_run_at_once(canned, tmp
     sub = tmp_path / 'test.jsonl'
     write_records(sub, cf.load_test_problems()[0][:24], 'problem')
     with checker('401') as (url, h):
-        cf.register(tmp_path / 'run', model=m, baseline_model=b, n=1, max_new_tokens=16, problems=sub, runner='ei_nb.eval:run_eval',
+        cf.register(tmp_path / 'run', model=m, baseline_model=b, n=1, max_new_tokens=16, problems=sub,
+                    runner='ei_nb.eval:run_eval',
                     sampler={'sampler': 'served', 'serve': SERVE, 'prompt_style': 'completion', 'chunk_problems': 8},
                     verifier={'verify_backend': 'server', 'endpoints': [url]})
         with pytest.raises(StageFailed, match='HTTP 401') as e: cf.run_confirmation(tmp_path / 'run', report=False)
-        assert len(h.seen) < 8                                      # stopped with the checks in flight, not after every proof
+        # stopped with the checks in flight, not after every proof
+        assert len(h.seen) < 8
     assert 'EI_LEAN_SERVER_KEY' in str(e.value)
-    assert (tmp_path / 'run' / 'confirm' / 'logs' / 'vllm_model.log').read_text().count('stopped (terminated)') == 1   # its server stopped
+    # its server stopped
+    assert (tmp_path / 'run' / 'confirm' / 'logs' / 'vllm_model.log').read_text().count('stopped (terminated)') == 1
     assert not (tmp_path / 'run' / 'confirm' / 'lock.json').exists()
 
 
-# ---------------------------------------------------------------- issue 34, point 3: a timeout fails the proof, not the run
+# ------------------------------------------------------------ issue 34, point 3: a timeout fails the proof, not the run
 def _verify_args(tmp_path, probs, *backend):
     write_records(tmp_path / 'p.jsonl', probs, 'problem')
     samples = [{'name': p['name'], 'sample_idx': 0, 'round': 0, 'n_tokens': 1, 'capped': False,
@@ -140,8 +154,10 @@ def test_ei_verify_finishes_when_the_repl_hangs_on_half_the_proofs(tmp_path, cap
     assert 6 <= len(slow) <= 18
     pattern = r'#print axioms _root_\.(' + '|'.join(map(re.escape, slow)) + r')(?!\S)'
     rc = main(_verify_args(tmp_path, probs, '--backend', 'repl', '--project', str(tmp_path), '--timeout', '1',
-                           '--repl-cmd', f'{sys.executable} {ROOT / "tests" / "fake_repl.py"} --hang-on {shlex.quote(pattern)}',
-                           '--replay-cmd', f'{sys.executable} {ROOT / "tests" / "fake_replay.py"}'))    # the sandbox: default
+                           '--repl-cmd',
+                           f'{sys.executable} {ROOT / "tests" / "fake_repl.py"} --hang-on {shlex.quote(pattern)}',
+                           # the sandbox: default
+                           '--replay-cmd', f'{sys.executable} {ROOT / "tests" / "fake_replay.py"}'))
     out = capsys.readouterr().out
     assert rc == 0, out[-2000:]
     v = {r['name']: r for r in read_verdicts(tmp_path / 'v.jsonl')}
