@@ -45,13 +45,14 @@ def needed_paths(cmd:list, # the command to run inside
                  cwd=None, # its working folder (the project): shown read-only
                  ro=(), # more read-only paths
                 ) -> list[Path]:
-    "Every path the sandbox shows read-only: the project, each word of `cmd` naming a file (its install root), `ro`."
+    "The paths shown read-only: the project, each word of `cmd` naming a file (its install root), `ro`, EI_SANDBOX_RO."
     out = [Path(cwd).absolute()] if cwd else []
     for i, w in enumerate(map(str, cmd)):
         if (p := _program(w, cwd) if (i == 0 or os.sep in w) else None) is None: continue
         out += [install_root(p)] + ([install_root(p.resolve())] if p.resolve() != p else [])
     if home := os.environ.get('ELAN_HOME'): out.append(Path(home))
-    out += [Path(p).absolute() for p in ro]
+    extra = [p for p in os.environ.get('EI_SANDBOX_RO', '').split(os.pathsep) if p]   # what a node's Lean needs too
+    out += [Path(p).absolute() for p in [*ro, *extra]]
     system = lambda p: any(p == Path(s) or Path(s) in p.parents for s in SYSTEM_PATHS)
     keep = [p for p in dict.fromkeys(out) if p.exists() and not system(p)]
     outermost = [p for p in keep if not any(q in p.parents for q in keep)]
