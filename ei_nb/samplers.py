@@ -443,6 +443,7 @@ def run_pipeline(problems:list[dict], # problem records, in the order chunks are
     verdicts |= new_v
     return _summary(problems, kept, dropped, samples, verdicts, n_resumed, len(pre_names)) | {
         'verified_during_generation': gen['during'], 'tokens_generated': gen['tokens'],
+        'verifier_sandboxed': (getattr(verifier, 'identity', None) or {}).get('sandbox'),   # False: --unsandboxed
         'tokens_per_s': round(gen['tokens'] / gen['gen_s'], 1) if gen['gen_s'] else None,
         'timings': _timings(t0, gen['gen_end'], gen['gen_s'], rec.feed, sum(v.get('verify_s') or 0 for v in new_v.values()))}
 
