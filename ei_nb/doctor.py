@@ -13,6 +13,7 @@ from .inputs import check_scored, clean_pool
 from .lean_backends import lake_executable
 from .lean_ray import lean_worker_rows
 from .stage_process import require_kernel
+from .sandbox import sandbox_check
 
 # %% auto #0
 __all__ = ['VLLM_RANGE', 'CHECKS', 'Context', 'repl_command', 'run_verifier', 'check_server', 'check_lean', 'model_files',
@@ -98,7 +99,7 @@ def check_lean(ctx:Context, timeout:float=900) -> list[dict]:
                     f'for real Lean: {fix_setup}, set paths.lean_project and verify.backend = "repl"')]
     if not project or not Path(project).is_dir():
         return [row('lean project', 'FAIL', f'paths.lean_project {project!r}: no such folder', fix_setup)]
-    rows = check_lake(ctx) + _toolchain_rows(ctx, project, fix_setup)
+    rows = [sandbox_check()] + check_lake(ctx) + _toolchain_rows(ctx, project, fix_setup)   # issue 36: Lean only in bwrap
     if any(r['status'] == 'FAIL' for r in rows): return rows          # no Lean to start
     return rows + verifier_rows(run_verifier(ctx, timeout),
                                 'build the REPL with its stdout flush (`ei setup-lean`; export EI_REPL_BIN=/path/to/repl/.lake/build/bin/repl); '

@@ -63,9 +63,10 @@ def _checked(answer:dict, cmd:list) -> dict:
 
 class ReplayPool:
     "Processes of the replay tool (`ei-replay`); `check` has one of them replay what one proof added."
-    def __init__(self, cmd:list, cwd=None, workers:int=1, mem_mb:int|None=None, max_uses:int=200, first_timeout:float=600):
+    def __init__(self, cmd:list, cwd=None, workers:int=1, mem_mb:int|None=None, max_uses:int=200, first_timeout:float=600,
+                 sandbox=None): # an `ei_nb.sandbox.Sandbox` each tool runs in (None: as it is)
         self.cmd, self.first_timeout = list(cmd), first_timeout
-        self.tools = [Repl(cmd, cwd, mem_mb, max_uses, stdout_mode='pipe') for _ in range(max(1, workers))]
+        self.tools = [Repl(cmd, cwd, mem_mb, max_uses, stdout_mode='pipe', sandbox=sandbox) for _ in range(max(1, workers))]
         self.idle, self.cv = list(self.tools), threading.Condition()
         self.identity = {'replay': 'ei-replay', 'cmd': self.cmd, 'sources': _sources_digest()}
 

@@ -73,6 +73,8 @@ def _run_args(argv:list[str]):
     p.add_argument('--allow-test-selection', action='store_true', help='allow a test-split scored set (needs --rounds 1)')
     p.add_argument('--until', metavar='R:STAGE', help='stop after this step (exit 0; rerun to go on)')
     p.add_argument('--no-doctor', action='store_true', help="skip `ei doctor`'s checks before a new run's round 0")
+    p.add_argument('--unsandboxed', action='store_true', help='run Lean without the bubblewrap sandbox (not recommended; '
+                   'run.json records it)')
     return p.parse_args(argv)
 
 def _sets(a) -> list[str]:
@@ -126,4 +128,5 @@ def run_cli(argv:list[str]) -> dict:
     run = Run(cfg, run_dir, seed_verdicts=a.seed_verdicts or '', baseline_verdicts=a.baseline_verdicts or '', until=until)
     if a.dry_run: return {'dry_run': True, 'run_dir': str(run.run_dir), **print_plan(plan(run.sources))}
     require_kernel(cfg['run']['kernel'])
+    if a.unsandboxed: os.environ['EI_UNSANDBOXED'] = '1'   # its stages' verifiers (`VerifierSettings.sandbox`) run Lean as it is
     with _signals_interrupt(), run_lock(run_dir): return _start(run, a, redos, argv)

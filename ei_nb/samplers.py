@@ -319,12 +319,18 @@ def _timings(t0:float, gen_end:float, gen_s:float, feed, verify_work_s:float) ->
             'verify_work_s': round(verify_work_s, 3), 'tail_s': round(now - gen_end, 3),
             'overlap_efficiency': round(max(gen_s, ver) / wall, 3) if wall > 0 else None}
 
+def _limit_counts(verdicts:dict) -> dict:
+    "How many `fail` verdicts each limit gave (reason `timeout: …` / `memory: …`)."
+    kinds = [(v.get('reason') or '').split(':')[0] for v in verdicts.values() if v['verdict'] == 'fail']
+    return {k: kinds.count(k) for k in ('timeout', 'memory') if k in kinds}
+
 def _summary(problems, kept, dropped, samples:dict, verdicts:dict, n_resumed:int, n_prefilled:int) -> dict:
     m, counts = max(len(samples), 1), {}
     for v in verdicts.values(): counts[v['verdict']] = counts.get(v['verdict'], 0) + 1
     return {'n_problems': len(problems), 'n_sampled_problems': len(kept), 'n_dropped': len(dropped), 'dropped': dropped,
             'n_samples': len(samples), 'n_generated': len(samples) - n_resumed, 'n_resumed': n_resumed,
             'n_prefilled_problems': n_prefilled, 'n_verdicts': len(verdicts), 'verdict_counts': dict(sorted(counts.items())),
+            'limit_counts': _limit_counts(verdicts),   # the proofs that ran out of time or memory (verdict fail, issue 34)
             'mean_tokens': sum(s['n_tokens'] for s in samples.values()) / m, 'capped_frac': sum(s['capped'] for s in samples.values()) / m}
 
 def _progress(total:int, progress):
@@ -437,6 +443,7 @@ def run_pipeline(problems:list[dict], # problem records, in the order chunks are
     verdicts |= new_v
     return _summary(problems, kept, dropped, samples, verdicts, n_resumed, len(pre_names)) | {
         'verified_during_generation': gen['during'], 'tokens_generated': gen['tokens'],
+        'verifier_sandboxed': (getattr(verifier, 'identity', None) or {}).get('sandbox'),   # False: --unsandboxed
         'tokens_per_s': round(gen['tokens'] / gen['gen_s'], 1) if gen['gen_s'] else None,
         'timings': _timings(t0, gen['gen_end'], gen['gen_s'], rec.feed, sum(v.get('verify_s') or 0 for v in new_v.values()))}
 

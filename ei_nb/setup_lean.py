@@ -8,6 +8,7 @@ import json, os, shlex, shutil, subprocess, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
 from .core import BadInput, StageFailed
+from .sandbox import sandbox_check, write_wrapper
 
 # %% auto #0
 __all__ = ['LEAN_TOOLCHAIN', 'MATHLIB_URL', 'MATHLIB_COMMIT', 'REPL_URL', 'REPL_TAG', 'REPL_FLUSH_COMMIT', 'REPL_TAG_TREE',
@@ -322,9 +323,14 @@ def setup_lean_cli(argv:list[str]) -> dict:
     p.add_argument('--kimina-env', help='where its environment goes (default: kimina.env next to the project)')
     a = p.parse_args(argv)
     res = setup_lean(a.project, a.repl_dir, a.dry_run, timeout=a.timeout, mathlib_commit=a.mathlib_commit, repl_trees=tuple(a.repl_trees.split(',')))
+    res['sandbox'] = sb = sandbox_check()    # issue 36: every Lean process runs in bubblewrap (ei_nb.sandbox)
+    print(f"setup-lean: sandbox {sb['status']}: {sb['detail']}" + (f"; fix: {sb['fix']}" if sb['fix'] else ''), file=sys.stderr)
     if not a.kimina: return res
     from ei_nb.cli import say
     env = kimina_env(res['project'], res['repl_dir'], res['lake'], a.kimina_port)
+    if not a.dry_run:   # kimina's REPLs in the sandbox: `lake env WRAPPER` (ei_nb.sandbox.write_wrapper)
+        wrapper = write_wrapper(Path(res['repl_dir'])/'ei-sandboxed-repl', env['LEAN_SERVER_REPL_PATH'], res['project'])
+        env['LEAN_SERVER_REPL_PATH'] = str(wrapper)
     path = Path(a.kimina_env or Path(res['project']).parent/'kimina.env')
     if not a.dry_run: env = read_env_file(write_kimina_env(path, env))
     say(kimina_instructions(path, env))

@@ -13,6 +13,7 @@ from .policy import extract_code, load_policy, prepare, statement_name
 from .lean_reply import (MESSAGE_CAP, MESSAGE_FIELDS, HeaderStall, LeanError, axioms_line, judge, lean_messages, probed_type,
                               reference_text, with_axioms)
 from .lean_replay import ReplayError, header_imports, replay_verdict
+from .lean_backends import ProofLimit
 
 # %% auto #0
 __all__ = ['CACHE_VERSION', 'cache_key', 'VerdictCache', 'Verifier']
@@ -41,7 +42,8 @@ class VerdictCache:
 class Verifier:
     "Extraction → pre-check → cache → Lean → judge → statement → kernel replay, for one sample or a stream of them."
     def __init__(self, backend=None, policy:dict|None=None, cache:VerdictCache|None=None, workers:int=1, timeout:float=300,
-                 statement_check:bool=False, replay=None):
+                 statement_check:bool=False, replay=None,
+                 pickles=None): # the folder for what passing proofs added (default: a fresh one), removed by `close`
         self.backend, self.policy, self.cache, self.workers, self.timeout = backend, policy or load_policy(), cache, max(1, workers), timeout
         self.statement_check, self._references = statement_check and backend is not None, {}
         self.identity = backend.identity if backend else {'backend': 'none'}
@@ -49,7 +51,7 @@ class Verifier:
         self.replay = replay if backend is not None and getattr(backend, 'pickles', None) else None
         if self.replay: self.identity = {**self.identity, 'replay': self.replay.identity}
         self.stats, self._lock, self._pool = dict.fromkeys(('lean_runs', 'cache_hits', 'reference_runs', 'replays'), 0), threading.Lock(), None
-        self._pickles = None
+        self._pickles = Path(pickles) if pickles else None
 
     def _lines(self, header:str, sent:str, line:int) -> set[int]:
         "`line` of `sent` in the reply's coordinates (a backend may prepend the header)."
@@ -80,6 +82,7 @@ class Verifier:
         try: return self._verdict(problem, code)
         except (HeaderStall, ReplayError) as e: raise StageFailed(f'verifier: {e}') from None
         except StageFailed: raise                   # the checker is misconfigured (e.g. a checking server's 401): not a per-proof `error`
+        except ProofLimit as e: return 'fail', str(e)[:500], code, {}   # a timeout or the memory limit: the proof's
         except LeanError as e: return 'error', str(e)[:500], code, {}
         except Exception as e: return 'error', f'internal: {type(e).__name__}: {str(e)[:300]}', code, {}
 

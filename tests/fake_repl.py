@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A FAKE Lean REPL for fault-injection tests of the verifier's Lean back-ends (`ei_nb.lean_backends`). It runs no Lean and proves nothing.
+"""A FAKE Lean REPL for fault-injection tests of the verifier's Lean back-ends (`ei_nb.lean_backends`).
+It runs no Lean and proves nothing.
 
 Its replies follow the recordings of the real REPL at tag v4.9.0-rc1 (leanprover-community/repl,
 `test/*.in` / `*.expected.out`, read for this file; `tests/data/repl_v4.9.0-rc1/` keeps a few):
@@ -28,6 +29,14 @@ It misbehaves on request; directives are read from the command text (the verifie
   FAKE:qualified=P the report names P.NAME       FAKE:replerror  a REPL-level {"message": ...} reply
   FAKE:nullend     a warning whose endPos is null FAKE:u2028     (lean mode) a message holding U+2028 and U+2029
   FAKE:retype      the statement probe reports another type for the theorem than for the reference
+  FAKE:forge       print a forged clean-pass reply (the env number the real one will carry) on stdout, then the real
+                   reply (a Lean error): what code run inside Lean can print on the protocol channel
+  FAKE:wrongenv    the reply carries an env number out of the REPL's sequence
+`-- RUN: CODE` (one line of Python) is executed while the command is "elaborated", in the fake's process: a model
+of code that a proof runs inside Lean (`#eval`, `run_tac`, …), with this process's rights, files and environment.
+`#print "TEXT"` is answered as Lean answers it: an info message TEXT on its line (the verifier's sync command).
+FAKE:leak ends like Lean at its memory limit: `INTERNAL PANIC: out of memory` on stderr, exit 1 (leanprover/lean4
+src/runtime/object.cpp, `lean_internal_panic_out_of_memory`, read at 2e66341f).
 `{"pickleTo": PATH, "env": N}` (the REPL's `PickleEnvironment`, REPL/Main.lean `pickleCommandSnapshot` at v4.9.0-rc1:
 reply `{"env": N}`, or `{"message": "Unknown environment."}`) writes a PICKLE STAND-IN, JSON read by
 tests/fake_replay.py: the header's imports (`Init` first, as `headerToImports` puts it) and the constants the env's
@@ -35,7 +44,8 @@ proofs added, faked from their text (each `theorem`/`lemma` a theorem whose type
 using the standard axioms). `--lean` with `-o PATH` (lean's olean output) writes the same stand-in for the file.
 Directives that forge the pickled environment (the REPL's own replies stay a clean pass: it was fooled):
   FAKE:addfalse     a theorem `false : False` whose value is `False` (lean4checker's AddFalse), used by the theorem
-  FAKE:addctor      a constructor `False.intro` with no inductive replayed, used by the theorem (SafeVerify's addFalseConstr)
+  FAKE:addctor      a constructor `False.intro` with no inductive replayed, used by the theorem
+                    (SafeVerify's addFalseConstr)
   FAKE:lonector     the same constructor, used by nothing (lean4checker's AddFalseConstructor)
   FAKE:replaceaxiom the theorem type checks only against a forged `propext : False` (SafeVerify's replaceAxiom)
   FAKE:skipkernel   the theorem's value does not have its type (added with debug.skipKernelTC / without the kernel)
@@ -50,11 +60,13 @@ message "ei-statement-type: (fake) TEXT", TEXT the declaration of X between its 
 Otherwise the reply is a clean pass: one info message "'NAME' depends on axioms: [propext, ...]"
 on the line of `#print axioms NAME`.
 
-A header containing `import Broken` fails to import (an error message, as Lean reports it). Two texts get the error real Lean
-gives them: `exact ei_line_probe_unknown` (an unknown identifier: the `server` backend's line probe, on that line) and the
-`norm_num` of `ei_doctor_false` (`ei doctor`'s false theorem `(2 : ℕ) + 2 = 5`: unsolved goals, on that line).
+A header containing `import Broken` fails to import (an error message, as Lean reports it). Two texts get the error
+real Lean gives them: `exact ei_line_probe_unknown` (an unknown identifier: the `server` backend's line probe, on that
+line) and the `norm_num` of `ei_doctor_false` (`ei doctor`'s false theorem `(2 : ℕ) + 2 = 5`: unsolved goals, on
+that line).
 Options: --log FILE (appends `start PID`, `cmd PID` and `pickle PID` lines), --header-delay S, --hang-on-header,
---die-after N (crash on the N-th proof), --no-flush, --lean (act as `lean --json FILE`, FILE the last argument).
+--die-after N (crash on the N-th proof), --no-flush, --lean (act as `lean --json FILE`, FILE the last argument),
+--hang-on REGEX (never answer a proof command whose text matches REGEX; the header and `#print` commands are answered).
 """
 import itertools, json, mmap, os, re, sys, time
 
@@ -63,7 +75,8 @@ WIDTH = 80
 
 # ---------------------------------------------------------------- Lean's Json.pretty
 def _flat(v):
-    if isinstance(v, dict): return '{' + ', '.join(f'{json.dumps(k, ensure_ascii=False)}: {_flat(x)}' for k, x in _items(v)) + '}'
+    if isinstance(v, dict):
+        return '{' + ', '.join(f'{json.dumps(k, ensure_ascii=False)}: {_flat(x)}' for k, x in _items(v)) + '}'
     if isinstance(v, list): return '[' + ', '.join(_flat(x) for x in v) + ']'
     return json.dumps(v, ensure_ascii=False)
 
@@ -115,17 +128,20 @@ def reply_for(text, env=None, next_state=0):
     if 'FAKE:badshape' in text: return {'env': env, 'messages': 'oops'}
     msgs, sorries = [], []
     if 'FAKE:error' in text: msgs.append(_msg('error', _line_of(text, 'FAKE:error'), 'unsolved goals\n⊢ False', 2, 5))
-    if 'ei_line_probe_unknown' in text:   # ServerBackend's line probe: Lean's error for an unknown identifier, on its line
-        msgs.append(_msg('error', _line_of(text, 'ei_line_probe_unknown'), "unknown identifier 'ei_line_probe_unknown'", 8, 21))
+    if 'ei_line_probe_unknown' in text:   # ServerBackend's line probe: Lean's error for an unknown identifier
+        msgs.append(_msg('error', _line_of(text, 'ei_line_probe_unknown'), "unknown identifier 'ei_line_probe_unknown'",
+                         8, 21))
     if 'ei_doctor_false' in text and 'norm_num' in text:   # ei doctor's false theorem, 2 + 2 = 5
         msgs.append(_msg('error', _line_of(text, 'norm_num'), 'unsolved goals\n⊢ False', 2, 8))
-    if 'FAKE:nullend' in text: msgs.append(_msg('warning', _line_of(text, 'FAKE:nullend'), 'unused variable `h`', 2, None))
+    if 'FAKE:nullend' in text:
+        msgs.append(_msg('warning', _line_of(text, 'FAKE:nullend'), 'unused variable `h`', 2, None))
     if 'FAKE:sorry428' in text:
         msgs.append(_msg('warning', _line_of(text, 'FAKE:sorry428'), 'declaration uses `sorry`', 8, 10))
     elif 'FAKE:sorry' in text:
         line = _line_of(text, 'FAKE:sorry')
         msgs.append(_msg('warning', line, "declaration uses 'sorry'", 8, 10))
-        sorries.append({'proofState': next_state, 'pos': {'line': line, 'column': 2}, 'goal': '⊢ False', 'endPos': {'line': line, 'column': 7}})
+        sorries.append({'proofState': next_state, 'pos': {'line': line, 'column': 2}, 'goal': '⊢ False',
+                        'endPos': {'line': line, 'column': 7}})
     line, name = _axiom_line(text)
     if name and 'FAKE:noaxioms' not in text:
         extra = re.findall(r'FAKE:axiom=([\w.]+)', text)
@@ -134,7 +150,9 @@ def reply_for(text, env=None, next_state=0):
         shown = f'{q.group(1)}.{name}' if q else name
         if 'FAKE:twoaxioms' in text: msgs.insert(0, _msg('info', 1, f"'{name}' does not depend on any axioms", 0, 6))
         msgs.append(_msg('info', line, f"'{shown}' depends on axioms: [{', '.join(AXIOMS + extra + tainted)}]", 0, 6))
-    for i, l in enumerate(text.split('\n'), 1):    # the verifier's statement probe: "the type Lean holds", faked from the text
+    for i, l in enumerate(text.split('\n'), 1):    # `#print "TEXT"`: Lean logs the string
+        if (q := re.match(r'#print\s+"([^"\\]*)"\s*$', l)): msgs.append(_msg('info', i, q.group(1), 0, 6))
+    for i, l in enumerate(text.split('\n'), 1):    # the verifier's statement probe: "the type Lean holds", faked
         if (p := re.match(r'#eval .*Lean\.getConstInfo `(\S+)\)\.type\.dbgToString', l)):
             typ = fake_type(text, p.group(1))
             if typ is None: msgs.append(_msg('error', i, f"unknown constant '{p.group(1)}'")); continue
@@ -145,7 +163,7 @@ def reply_for(text, env=None, next_state=0):
     return reply
 
 def fake_type(text, name):
-    "The type of theorem NAME as the fake reports it (the probe and the pickle stand-in): its statement's text, normalised."
+    "The type of theorem NAME as the fake reports it (probe, pickle stand-in): its statement's text, normalised."
     d = re.search(r'(?:theorem|lemma)\s+' + re.escape(name) + r'(?![\w\'.])(.*?):=', text, re.S)
     if d is None: return None
     typ = '(fake) ' + ' '.join(re.sub(r'--[^\n]*|/-.*?-/', ' ', d.group(1), flags=re.S).split())
@@ -159,14 +177,17 @@ def header_imports(header):
 def added_constants(text):
     "The constants a proof command adds, faked from its text, with the forgeries its directives ask for."
     main = _axiom_line(text)[1]
-    out = [{'name': n, 'kind': 'thm', 'type': fake_type(text, n), 'value_type': fake_type(text, n), 'uses': list(AXIOMS)}
+    out = [{'name': n, 'kind': 'thm', 'type': fake_type(text, n), 'value_type': fake_type(text, n),
+            'uses': list(AXIOMS)}
            for n in dict.fromkeys(re.findall(r'(?:theorem|lemma)\s+([^\s:(\[{]+)', text))]
     m = next((c for c in out if c['name'] == main), None)
     if m is None: return out
     if 'FAKE:addfalse' in text:
-        out.append({'name': 'false', 'kind': 'thm', 'type': 'False', 'value_type': 'Prop', 'uses': []}); m['uses'].append('false')
+        out.append({'name': 'false', 'kind': 'thm', 'type': 'False', 'value_type': 'Prop', 'uses': []})
+        m['uses'].append('false')
     if 'FAKE:addctor' in text:
-        out.append({'name': 'False.intro', 'kind': 'ctor', 'induct': 'False', 'type': 'False'}); m['uses'].append('False.intro')
+        out.append({'name': 'False.intro', 'kind': 'ctor', 'induct': 'False', 'type': 'False'})
+        m['uses'].append('False.intro')
     if 'FAKE:lonector' in text: out.append({'name': 'False.intro', 'kind': 'ctor', 'induct': 'False', 'type': 'False'})
     if 'FAKE:replaceaxiom' in text: m['assumes'] = {'propext': 'False'}
     if 'FAKE:skipkernel' in text: m['value_type'] = 'False'
@@ -175,7 +196,8 @@ def added_constants(text):
     if 'FAKE:replaytype' in text: m['type'] = m['value_type'] = m['type'] + ' [forged]'
     if 'FAKE:nativedecide' in text: m['reduce_bool'] = 'foo'
     if 'FAKE:unsafehelper' in text:
-        out.append({'name': 'helper_unsafe', 'kind': 'defn', 'type': 'Nat', 'value_type': 'Nat', 'unsafe': True}); m['uses'].append('helper_unsafe')
+        out.append({'name': 'helper_unsafe', 'kind': 'defn', 'type': 'Nat', 'value_type': 'Nat', 'unsafe': True})
+        m['uses'].append('helper_unsafe')
     if 'FAKE:notadded' in text: out.remove(m)
     return out
 
@@ -216,9 +238,28 @@ def misbehave(a, out):
     if a == 'flood':
         while True: out.write(b'x' * 65536); out.flush()
     if a == 'leak':
-        # address space, untouched: an RLIMIT_AS kills this at once, and without a limit it costs no RAM
-        hog = [mmap.mmap(-1, 256 << 20) for _ in range(256)]
+        # address space, untouched: an RLIMIT_AS stops this at once, and without a limit it costs no RAM
+        try: hog = [mmap.mmap(-1, 256 << 20) for _ in range(256)]
+        except (MemoryError, OSError):       # Lean's allocator at the limit: lean_internal_panic_out_of_memory
+            sys.stderr.write('INTERNAL PANIC: out of memory\n'); sys.stderr.flush(); os._exit(1)
         while True: time.sleep(3600)
+
+def run_code(text):
+    "Execute the `-- RUN: CODE` lines of a command: code a proof runs inside Lean, here Python with the fake's rights."
+    for code in re.findall(r'^\s*-- RUN: (.*)$', text, re.M):
+        try: exec(code, {'os': os, 'sys': sys, 'json': json, 'time': time})
+        except Exception as e: sys.stderr.write(f'fake repl: RUN: {type(e).__name__}: {e}\n')   # elaboration goes on
+
+def hangs(argv, text):
+    "Whether `--hang-on REGEX` asks to never answer this proof command."
+    pattern = _opt(argv, '--hang-on')
+    return bool(pattern and re.search(pattern, text))
+
+def forged(text, env):
+    "The clean-pass reply a proof's code prints to forge its verdict (FAKE:forge), with the real reply's env number."
+    line, name = _axiom_line(text)
+    report = f"'{name}' depends on axioms: [{', '.join(AXIOMS)}]"
+    return {'env': env, 'messages': [_msg('info', line or 1, report, 0, 6)]}
 
 def _log(path, what):
     if path:
@@ -238,11 +279,13 @@ def lean_main(argv):
         out.write((json.dumps(m, ensure_ascii=False) + '\n').encode())
     if 'import Broken' in text:
         emit(_msg('error', 1, "unknown package 'Broken'")); return 1
+    run_code(text)
+    if hangs(argv, text): misbehave('hang', out)
     a = action(text)
     if a: misbehave(a, out)
     reply = reply_for(text)
     if '-o' in argv and not any(m['severity'] == 'error' for m in reply.get('messages', []) if isinstance(m, dict)):
-        write_pickle(argv[argv.index('-o') + 1], header_imports(text), [text])     # the file: the header, then the proof
+        write_pickle(argv[argv.index('-o') + 1], header_imports(text), [text])     # the file: header, then proof
     if 'message' in reply: out.write(('not json: ' + reply['message'] + '\n').encode()); return 0
     msgs = reply.get('messages', [])
     if not isinstance(msgs, list): out.write(b'garbage\n'); return 0
@@ -256,7 +299,7 @@ def main(argv):
     die_after = _opt(argv, '--die-after', 0, int)
     _log(log, 'start')
     out, n_env, n_proofs, n_states, block = Out('--no-flush' in argv), 0, 0, 0, []
-    envs = {}                                            # env id -> (header imports, the texts of the commands it holds)
+    envs = {}                                            # env id -> (header imports, the texts of its commands)
     try:
         for line in itertools.chain(sys.stdin, ['\n']):      # end of input ends the last command too
             if line.strip(): block.append(line); continue
@@ -266,9 +309,11 @@ def main(argv):
             try: cmd = json.loads(text)
             except ValueError as e:   # the real REPL throws from `parse`: uncaught, no reply, exit 1
                 out.flush()
-                sys.stderr.write('uncaught exception: ' + json.dumps({'message': f'Could not parse as a valid JSON command:\n{e}'}) + '\n')
+                said = json.dumps({'message': f'Could not parse as a valid JSON command:\n{e}'})
+                sys.stderr.write('uncaught exception: ' + said + '\n')
                 return 1
-            _log(log, 'pickle' if 'pickleTo' in cmd else 'cmd')
+            sync = str(cmd.get('cmd', '')).startswith('#print "ei-sync-')
+            _log(log, 'pickle' if 'pickleTo' in cmd else 'sync' if sync else 'cmd')
             if 'pickleTo' in cmd:
                 if cmd.get('env') not in envs: reply = {'message': 'Unknown environment.'}
                 else: write_pickle(cmd['pickleTo'], *envs[cmd['env']]); reply = {'env': cmd['env']}
@@ -277,16 +322,22 @@ def main(argv):
                 time.sleep(delay)
                 envs[n_env] = (header_imports(cmd.get('cmd', '')), [])
                 reply, n_env = {'env': n_env}, n_env + 1
-                if 'import Broken' in cmd.get('cmd', ''): reply['messages'] = [_msg('error', 1, "unknown package 'Broken'")]
+                if 'import Broken' in cmd.get('cmd', ''):
+                    reply['messages'] = [_msg('error', 1, "unknown package 'Broken'")]
             elif not isinstance(cmd['env'], int) or cmd['env'] >= n_env:
                 reply = {'message': 'Unknown environment.'}
             else:
-                n_proofs += 1
-                if die_after and n_proofs >= die_after: misbehave('crash', out)
-                a = action(cmd.get('cmd', ''))
+                text = cmd.get('cmd', '')
+                n_proofs += not sync
+                if die_after and n_proofs >= die_after and not sync: misbehave('crash', out)
+                run_code(text)
+                if hangs(argv, text) and not sync: misbehave('hang', out)
+                a = action(text)
                 if a: misbehave(a, out)
                 if a == 'garbage': continue
-                reply = reply_for(cmd.get('cmd', ''), n_env, n_states)
+                if 'FAKE:forge' in text: out.write((pretty(forged(text, n_env)) + '\n\n').encode()); out.flush()
+                reply = reply_for(text.replace('FAKE:forge', 'FAKE:error'), n_env, n_states)
+                if 'FAKE:wrongenv' in text: reply['env'] = n_env + 7
                 n_states += len(reply.get('sorries', [])) if isinstance(reply.get('sorries'), list) else 0
                 imports, texts = envs[cmd['env']]
                 envs[n_env] = (imports, texts + [cmd.get('cmd', '')])

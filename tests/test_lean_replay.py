@@ -47,6 +47,7 @@ def verifier(project, tmp_path, backend='repl', replay=(sys.executable, FAKE_REP
     cmd = {'repl_cmd': [sys.executable, FAKE, '--log', str(tmp_path/'repl.log')]} if backend == 'repl' else {'lean_cmd': [sys.executable, FAKE, '--lean']}
     kw.setdefault('mem_mb', None)
     rep = {'replay_cmd': [*replay, '--log', str(log)] if 'fake_replay' in replay[-1] else list(replay)} if replay else {'replay': False}
+    kw.setdefault('sandbox', False)   # the fakes' --log files are on the host (the sandbox: tests/test_sandbox.py)
     return make_verifier(backend, project=project, timeout=kw.pop('timeout', 5), workers=kw.pop('workers', 1), **rep, **cmd, **kw), log
 
 def lines(log, what): return log.read_text().split().count(what) if log.exists() else 0

@@ -93,7 +93,8 @@ def node(tmp_path):
     for f in REPLAY_FILES: (tmp_path / 'lean' / 'ei-replay' / f).write_bytes((replay_sources() / f).read_bytes())
     script(tmp_path / 'lean' / 'ei-replay' / '.lake' / 'build' / 'bin' / 'ei-replay', f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests" / "fake_replay.py"} "$@"\n')
     env = {'ELAN_HOME': str(elan), 'PATH': f"{elan / 'bin'}{os.pathsep}{os.environ['PATH']}",
-           'EI_REPL_BIN': str(repl / '.lake' / 'build' / 'bin' / 'repl')}
+           'EI_REPL_BIN': str(repl / '.lake' / 'build' / 'bin' / 'repl'),
+           'EI_SANDBOX_RO': f'{sys.prefix}:{ROOT / "tests"}'}   # the stand-ins' Python and scripts, seen by the sandbox
     tree = lambda ref: subprocess.run(['git', 'rev-parse', f'{ref}^{{tree}}'], cwd=repl, capture_output=True, text=True).stdout.strip()
     trees = (tree('v4.9.0-rc1'), tree('HEAD'))      # this stand-in REPL's tag and patched trees (the real ones: setup_lean.REPL_TREE)
     return {'elan': elan, 'project': project, 'repl': repl, 'commit': commit, 'env': env, 'trees': trees,
@@ -176,7 +177,9 @@ def test_setup_lean_kimina_writes_the_environment_of_the_checking_server(node, t
     env_file = Path(out['kimina']['env_file'])
     from ei_nb.setup_lean import read_env_file
     e = read_env_file(env_file)
-    assert e['LEAN_SERVER_REPL_PATH'] == node['env']['EI_REPL_BIN'] and e['LEAN_SERVER_PROJECT_DIR'] == str(node['project'])
+    # issue 36: kimina's REPLs run through the sandbox wrapper `ei setup-lean` writes, which execs the REPL
+    wrapper = Path(e['LEAN_SERVER_REPL_PATH'])
+    assert f"-- {node['env']['EI_REPL_BIN']} \"$@\"" in wrapper.read_text() and e['LEAN_SERVER_PROJECT_DIR'] == str(node['project'])
     assert e['LEAN_SERVER_PORT'] == '12332' and e['LEAN_SERVER_PORT'] != '8000' and len(e['LEAN_SERVER_API_KEY']) >= 24
     assert e['PATH'] == f"{node['elan'] / 'bin'}:$PATH"                                   # the server starts REPLs with `lake env`
     assert f'export EI_LEAN_SERVER_KEY={e["LEAN_SERVER_API_KEY"]}' in err and 'python -m server' in err and 'setup.sh' in err
@@ -235,7 +238,7 @@ def test_doctor_lean_rows_against_the_repl_stand_in(node, tmp_path, monkeypatch)
     cfg = load_config(ROOT / 'configs/goedel8b.toml', [f'paths.lean_project="{node["project"]}"'], warn=lambda *a: None)
     rows = {r['check']: r for r in check_lean(Context(cfg, tmp_path / 'run'), timeout=30)}
     assert {k: r['status'] for k, r in rows.items()} == {
-        'lake': 'OK', 'lean toolchain': 'OK', 'lean version': 'OK', 'mathlib oleans': 'OK',
+        'sandbox': 'OK', 'lake': 'OK', 'lean toolchain': 'OK', 'lean version': 'OK', 'mathlib oleans': 'OK',
         'repl: a known proof, 8 at once under 10240 MiB each': 'OK', 'repl: a false theorem': 'OK', 'repl: statement probe': 'OK'}, rows
     assert rows['lake']['detail'] == str(node['elan'] / 'bin' / 'lake')                # found through $ELAN_HOME/bin
     unflushed_repl(Path(node['env']['EI_REPL_BIN']))

@@ -1,10 +1,11 @@
-"""REPL I/O (`ei_nb.lean_backends`), protocol fidelity and the back-end registry of `ei_nb.verify` (FAULT-INJECTION: no Lean runs here).
+"""REPL I/O (`ei_nb.lean_backends`), protocol fidelity and the back-end registry of `ei_nb.verify` (FAULT-INJECTION: no
+Lean runs here).
 
 - the fake REPL writes replies byte-for-byte in the format of the real REPL's recordings (v4.9.0-rc1);
-- a C program that prints with `printf` and never flushes (what the v4.9.0-rc1 REPL is) is read through
-  a pipe (no reply: the header stalls, named as such), a pty and `stdbuf -oL` (replies arrive);
-- `ei verify` with a REPL that never answers the header exits 3 naming the cause, fast, and keeps the
-  verdicts already decided, so a rerun resumes;
+- a C program that prints with `printf` and never flushes (what the v4.9.0-rc1 REPL is) is read through a pipe (no
+  reply: the header stalls, named as such), a pty and `stdbuf -oL` (replies arrive);
+- `ei verify` with a REPL that never answers the header exits 3 naming the cause, fast, and keeps the verdicts already
+  decided, so a rerun resumes;
 - `VerifierSettings` and the registry.
 """
 import glob, json, os, shlex, shutil, subprocess, sys, time
@@ -29,7 +30,8 @@ def test_fake_replies_match_the_real_recordings():
 
 def test_fake_answers_a_recorded_session_like_the_real_repl():
     # unknown_environment.in: a command naming an env that does not exist
-    out = subprocess.run([sys.executable, FAKE], input=(REC/'unknown_environment.in').read_text(), capture_output=True, text=True)
+    out = subprocess.run([sys.executable, FAKE], input=(REC/'unknown_environment.in').read_text(), capture_output=True,
+                         text=True)
     assert out.stdout == (REC/'unknown_environment.expected.out').read_text()
 
 def test_malformed_json_is_an_uncaught_exception_and_exit_1():
@@ -48,11 +50,17 @@ def test_repl_client_survives_the_fake_exiting_on_malformed_reply_input(tmp_path
 NOFLUSH_C = r'''
 #include <stdio.h>
 #include <string.h>
-int main(void) {            /* answers every blank-line-terminated command with {"env": N}, printf only, never fflush */
-    char line[65536]; int n = 0, inblock = 0;
+int main(void) {   /* answers every blank-line-terminated command with {"env": N} (N counting up from 0) and a
+                      `#print "TEXT"` with TEXT as an info message, as the REPL does; printf only, never fflush */
+    char line[65536], text[256] = ""; int n = 0, inblock = 0;
     while (fgets(line, sizeof line, stdin)) {
-        if (strcmp(line, "\n") == 0) { if (inblock) { printf("{\"env\": %d}\n\n", n++); inblock = 0; } }
-        else inblock = 1;
+        char *p = strstr(line, "#print \\\""), *q = p ? strstr(p + 9, "\\\"") : 0;
+        if (q && q - p - 9 < 255) { memcpy(text, p + 9, q - p - 9); text[q - p - 9] = 0; }
+        if (strcmp(line, "\n") != 0) { inblock = 1; continue; }
+        if (!inblock) continue;
+        if (text[0]) printf("{\"messages\": [{\"severity\": \"info\", \"data\": \"%s\"}], \"env\": %d}\n\n", text, n++);
+        else printf("{\"env\": %d}\n\n", n++);
+        inblock = 0; text[0] = 0;
     }
     return 0;
 }
@@ -98,11 +106,14 @@ def test_ei_verify_header_stall_exits_3_fast_and_a_rerun_resumes(tmp_path, capsy
     base = ['--problems', str(tmp_path/'p.jsonl'), '--backend', 'repl', '--project', str(proj), '--workers', '1',
             '--cache-dir', str(tmp_path/'cache'), '--header-timeout', '1', '--mem-mb', '0']
     good = ['--repl-cmd', shlex.join([sys.executable, FAKE]), '--replay-cmd', shlex.join([sys.executable, FAKE_REPLAY])]
-    assert verify_cli(base + good + ['--samples', str(tmp_path/'s1.jsonl'), '--out', str(tmp_path/'v1.jsonl')])['pass'] == 1
-    write_records(tmp_path/'s2.jsonl', [sample(N, 0, fence(H + S + P)), sample(N, 1, fence(H + S + '  simp\n  ring'))], 'sample')
+    first = verify_cli(base + good + ['--samples', str(tmp_path/'s1.jsonl'), '--out', str(tmp_path/'v1.jsonl')])
+    assert first['pass'] == 1
+    write_records(tmp_path/'s2.jsonl', [sample(N, 0, fence(H + S + P)), sample(N, 1, fence(H + S + '  simp\n  ring'))],
+                  'sample')
     stalled = ['--repl-cmd', shlex.join([sys.executable, FAKE, '--no-flush']), '--stdout-mode', 'pipe']
     t0 = time.perf_counter()
-    rc = ei_main(['verify'] + base + stalled + ['--samples', str(tmp_path/'s2.jsonl'), '--out', str(tmp_path/'v2.jsonl')])
+    rc = ei_main(['verify'] + base + stalled + ['--samples', str(tmp_path/'s2.jsonl'),
+                                                '--out', str(tmp_path/'v2.jsonl')])
     err = capsys.readouterr().err
     assert rc == 3 and '4fc1e6d' in err and time.perf_counter() - t0 < 30, err
     assert not (tmp_path/'v2.jsonl').exists()
@@ -119,12 +130,14 @@ def test_registry_plugin_by_name_and_by_import_string(tmp_path):
     class Echo:
         identity = {'backend': 'echo'}
         def run(self, header, code, timeout):
-            name = code.rsplit('#print axioms ', 1)[1].strip().removeprefix('_root_.')   # Lean prints the name it resolved
+            # Lean prints the name it resolved
+            name = code.rsplit('#print axioms ', 1)[1].strip().removeprefix('_root_.')
             return {'env': 1, 'messages': [{'severity': 'info', 'pos': {'line': code.count('\n'), 'column': 0},
                                              'data': f"'{name}' depends on axioms: [propext]"}]}
         def close(self): pass
     register_backend('echo', lambda s: Echo())
-    with make_verifier('echo', statement_check=False) as v: assert v.verify_one(*_proof())['verdict'] == 'pass'   # no `pickles`: not replayed
+    # no `pickles`: not replayed
+    with make_verifier('echo', statement_check=False) as v: assert v.verify_one(*_proof())['verdict'] == 'pass'
     with make_verifier(VerifierSettings(backend='ei_nb.verify:_server_backend', endpoints=['http://127.0.0.1:1'])) as v:
         assert type(v.backend).__name__ == 'ServerBackend'
     with pytest.raises(BadInput, match="unknown backend 'nope'.*'echo'"): make_verifier('nope')
@@ -144,7 +157,7 @@ def test_verify_module_does_not_import_demo():
                          capture_output=True, text=True, env={**os.environ})
     assert out.stdout.strip() == 'False', out.stderr
 
-# ---------------------------------------------------------------- extraction: the fast scanner = the former regular expression
+# ------------------------------------------------------- extraction: the fast scanner = the former regular expression
 import re
 from hypothesis import given, settings, strategies as st
 from ei_nb.policy import extract_code
@@ -159,7 +172,7 @@ def _old_extract(completion):
     return None
 
 @settings(max_examples=1500, deadline=None)
-@given(st.lists(st.sampled_from(['```', '```lean4', '```Lean', '```lean', '```python', ' ', '\t', '\n', '\r\n', 'x', 'theorem t',
-                                 '``', '`', 'lean4']), max_size=30).map(''.join))
+@given(st.lists(st.sampled_from(['```', '```lean4', '```Lean', '```lean', '```python', ' ', '\t', '\n', '\r\n', 'x',
+                                 'theorem t', '``', '`', 'lean4']), max_size=30).map(''.join))
 def test_extract_code_equals_the_former_regex(text):
     assert extract_code(text) == _old_extract(text)
