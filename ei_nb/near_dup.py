@@ -4,12 +4,14 @@
 
 # %% ../nbs/records/near_dup.ipynb #6fa0da9f
 from __future__ import annotations
-import functools, itertools, re
-from .core import lean_code_only, normalize_ws
+import contextlib, functools, hashlib, itertools, re
+from pathlib import Path
+import numpy as np
+from .core import atomic_write_bytes, content_hash, hash_cache_dir, lean_code_only, normalize_ws, sha256_json
 
 # %% auto #0
 __all__ = ['OPEN', 'BIN', 'AC', 'SYM', 'FLIP', 'MAX_RENAMINGS', 'tokens', 'head', 'Parser', 'parse', 'canon', 'conjuncts',
-           'premises', 'binders', 'structural_key']
+           'premises', 'binders', 'structural_key', 'key_digest', 'statement_digests', 'digests_entry', 'file_digests']
 
 # %% ../nbs/records/near_dup.ipynb #6d77ebe3
 _TOK = re.compile(r"\s*(≡|:=|=>|<;>|≤|≥|≠|→|↔|∧|∨|¬|∣|∈|∉|∘|•|∑|∏|∀|∃!|∃|λ|↑|⁻¹|\^|\*|/|\+|-|%|<|>|=|,|:|\(|\)|\[|\]|\{|\}|⟨|⟩|\||!|·|'|\d+(?:\.\d+)?|[^\s:=,()\[\]{}⟨⟩|^*/+\-%<>≤≥≠→↔∧∨¬∣∈∉∘•∑∏∀∃λ↑!·]+)")
@@ -212,3 +214,34 @@ def structural_key(statement:str) -> str|None:
         extra, goal = premises(parse(concl))
         return repr(_least_key(vars_, hyps + [x for h in extra for x in conjuncts(h)], goal))
     except (ValueError, IndexError, KeyError, RecursionError): return None
+
+# %% ../nbs/records/near_dup.ipynb #a1c565b3
+def key_digest(key:str|None) -> int:
+    "A 63-bit digest of a structural key (never 0); 0 for None (a statement without a key)."
+    if key is None: return 0
+    return (int.from_bytes(hashlib.blake2b(key.encode('utf-8'), digest_size=8).digest(), 'little') >> 1) or 1
+
+def statement_digests(statements) -> np.ndarray:
+    "`key_digest(structural_key(s))` of each statement, as int64."
+    statements = list(statements)
+    return np.fromiter((key_digest(structural_key(s)) for s in statements), np.int64, len(statements))
+
+try: _VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]   # the module's code: a change re-keys
+except NameError: _VERSION = 'notebook'
+
+def digests_entry(path) -> Path|None:
+    "Where the key digests of the problem file `path` are kept (by its content hash); None when it does not exist."
+    h = content_hash(path)
+    return hash_cache_dir()/'near_dup'/f'{sha256_json([h, _VERSION])}.i64' if h else None
+
+def file_digests(path, # a problem file
+                 records:list, # its problem records, in file order (`formal_statement` is read only when not cached)
+                ) -> np.ndarray:
+    "The key digest of each record of `path`, from the cache when the file was keyed before, else keyed now and cached."
+    entry = digests_entry(path)
+    with contextlib.suppress(OSError, ValueError):
+        d = np.frombuffer(entry.read_bytes(), '<i8')
+        if len(d) == len(records): return d
+    d = statement_digests(r['formal_statement'] for r in records)
+    with contextlib.suppress(OSError): atomic_write_bytes(entry, d.astype('<i8').tobytes())   # no cache: slower, not wrong
+    return d

@@ -8,13 +8,15 @@ import hashlib
 from functools import partial
 from pathlib import Path
 import numpy as np
-from .core import BadInput, DataStop, check_output, read_problems, statement_key, write_records
-from .near_dup import structural_key
+from .core import (BadInput, DataStop, atomic_write_bytes, check_output, iter_jsonl, jsonl_bytes, read_problems,
+                        statement_key, write_records)
+from .jsonl_scan import scan_problems, statement_keys
+from .near_dup import file_digests, key_digest, statement_digests, structural_key
 from .eval import ProblemCounts, counts_of, problem_counts, verdict_counts
 
 # %% auto #0
-__all__ = ['pass_rates', 'sampled_by', 'measurement_sources', 'merge_measurements', 'protected_index', 'decontaminate',
-           'select_problems', 'plot_band', 'read_pool', 'run_select', 'select_cli']
+__all__ = ['pass_rates', 'sampled_by', 'measurement_sources', 'merge_measurements', 'protected_index', 'KeyedPool',
+           'decontaminate', 'select_problems', 'plot_band', 'read_pool', 'run_select', 'select_cli']
 
 # %% ../nbs/00_select.ipynb #27c1ab7b
 def pass_rates(verdicts:pd.DataFrame) -> pd.DataFrame:
@@ -40,7 +42,6 @@ def merge_measurements(results_path, # the older measurement (verdict records)
                        newer_paths, # verdict files, oldest first: each replaces the verdicts of the problems it holds
                        out_path) -> Path:
     "Write the latest verdicts per problem to `out_path` atomically: each newer file's for its problems, the older ones for the rest."
-    from ei_nb.core import iter_jsonl, jsonl_bytes, atomic_write_bytes
     rows = [r for _, r in iter_jsonl(results_path)]
     for newer in newer_paths:
         new = [r for _, r in iter_jsonl(newer)]
@@ -51,23 +52,32 @@ def merge_measurements(results_path, # the older measurement (verdict records)
 
 # %% ../nbs/00_select.ipynb #baeb1aa1
 def protected_index(protected:list[dict]) -> tuple[set, set, set]:
-    "Names, statement keys and structural keys (`ei_nb.near_dup`) of the protected problems."
+    "Names, statement keys and structural-key digests (`ei_nb.near_dup.key_digest`) of the protected problems."
     stmts = [p['formal_statement'] for p in protected]
-    return {p['name'] for p in protected}, {statement_key(s) for s in stmts}, {k for s in stmts if (k := structural_key(s)) is not None}
+    return ({p['name'] for p in protected}, {statement_key(s) for s in stmts},
+            {d for s in stmts if (d := key_digest(structural_key(s)))})
 
-def _leaks(statement:str, key:str, index:tuple) -> bool:
-    "Whether `statement` (its statement key `key`) is protected: the same key, or a structural near-duplicate."
-    return key in index[1] or ((k := structural_key(statement)) is not None and k in index[2])
+class KeyedPool(list):
+    "Problem records with the structural-key digest of each (`ei_nb.near_dup.file_digests`): what `read_pool` returns."
+    def __init__(self, records, digests): super().__init__(records); self.digests = digests
+
+def _digest(pool:list, i:int) -> int:
+    "The structural-key digest of `pool[i]`: the pool's own when it was read keyed (`KeyedPool`), else keyed now."
+    ds = getattr(pool, 'digests', None)
+    return int(ds[i]) if ds is not None else key_digest(structural_key(pool[i]['formal_statement']))
+
+def _leaks(statement:str, key:str, index:tuple, digest:int|None=None) -> bool:
+    "Whether `statement` (its statement key `key`; its key digest if known) is protected: the same key, or a near-duplicate."
+    return key in index[1] or (key_digest(structural_key(statement)) if digest is None else digest) in index[2]
 
 def _removed(pool:list[dict], pool_names:list[str],
              index:tuple[set, set, set], # `protected_index` of the protected problems
              candidates:set|None) -> set[int]:
     "Indices into `pool` (whose names are `pool_names`) of the problems whose name, statement key or structural key is protected; only candidates are keyed."
-    from ei_nb.jsonl_scan import statement_keys
     names = index[0]
     keyed = [i for i, n in enumerate(pool_names) if n not in names and (candidates is None or n in candidates)]
     leaked = {i for i, key in zip(keyed, statement_keys([pool[i] for i in keyed]))   # keyed in C where the statement is plain
-              if _leaks(pool[i]['formal_statement'], key, index)}
+              if key in index[1] or _digest(pool, i) in index[2]}
     return {i for i, n in enumerate(pool_names) if n in names} | leaked
 
 def decontaminate(pool:list[dict], protected:list[dict],
@@ -162,9 +172,9 @@ def plot_band(table:pd.DataFrame, summary:dict, lo:float=0.0, hi:float=0.75, n_b
 
 # %% ../nbs/00_select.ipynb #0db55d60
 def read_pool(pool_path, extra_pool_paths=()) -> list:
-    "The pool's problem records and those of the extra files; `BadInput` for a name twice across them."
-    from ei_nb.jsonl_scan import scan_problems
+    "The pool's problem records and those of the extra files, keyed (`KeyedPool`); `BadInput` for a name twice across them."
     pool = scan_problems(pool_path) or read_problems(pool_path)   # checked in C; a statement is decoded only where it is read
+    digests = file_digests(pool_path, pool)   # the pool file's structural keys: computed once, then read from the cache
     if extra_pool_paths:
         names = {p['name'] for p in pool}
         for path in extra_pool_paths:
@@ -172,7 +182,8 @@ def read_pool(pool_path, extra_pool_paths=()) -> list:
             if (twice := next((p['name'] for p in extra if p['name'] in names), None)):
                 raise BadInput(f'{path}: problem {twice!r} is already in the pool')
             pool, names = list(pool) + extra, names | {p['name'] for p in extra}
-    return pool
+            digests = np.concatenate([digests, statement_digests(p['formal_statement'] for p in extra)])
+    return KeyedPool(pool, digests)
 
 def run_select(pool_path, results_path, out_path, protected_paths=(), lo=0.0, hi=0.75, include_zero=False,
                max_zero=100, max_problems=300, seed=0,
