@@ -8,6 +8,7 @@ import contextlib, functools, hashlib, itertools, re
 from pathlib import Path
 import numpy as np
 from .core import atomic_write_bytes, content_hash, hash_cache_dir, lean_code_only, normalize_ws, sha256_json
+from .jsonl_scan import statement_keys
 
 # %% auto #0
 __all__ = ['OPEN', 'BIN', 'AC', 'SYM', 'FLIP', 'MAX_RENAMINGS', 'tokens', 'head', 'Parser', 'parse', 'canon', 'conjuncts',
@@ -217,14 +218,16 @@ def structural_key(statement:str) -> str|None:
 
 # %% ../nbs/records/near_dup.ipynb #a1c565b3
 def key_digest(key:str|None) -> int:
-    "A 63-bit digest of a structural key (never 0); 0 for None (a statement without a key)."
+    "A 63-bit digest of a key (never 0); 0 for None (a statement without a structural key)."
     if key is None: return 0
     return (int.from_bytes(hashlib.blake2b(key.encode('utf-8'), digest_size=8).digest(), 'little') >> 1) or 1
 
-def statement_digests(statements) -> np.ndarray:
-    "`key_digest(structural_key(s))` of each statement, as int64."
-    statements = list(statements)
-    return np.fromiter((key_digest(structural_key(s)) for s in statements), np.int64, len(statements))
+def statement_digests(records:list) -> np.ndarray:
+    "Per problem record: the digests of its statement key and of its structural key, an int64 array (n, 2)."
+    keys = statement_keys(records)   # in C where the statement is plain
+    out = np.zeros((len(records), 2), np.int64)
+    for i, (r, k) in enumerate(zip(records, keys)): out[i] = key_digest(k), key_digest(structural_key(r['formal_statement']))
+    return out
 
 try: _VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]   # the module's code: a change re-keys
 except NameError: _VERSION = 'notebook'
@@ -237,11 +240,11 @@ def digests_entry(path) -> Path|None:
 def file_digests(path, # a problem file
                  records:list, # its problem records, in file order (`formal_statement` is read only when not cached)
                 ) -> np.ndarray:
-    "The key digest of each record of `path`, from the cache when the file was keyed before, else keyed now and cached."
+    "`statement_digests` of the records of `path`: from the cache when the file was keyed before, else keyed and cached."
     entry = digests_entry(path)
     with contextlib.suppress(OSError, ValueError):
-        d = np.frombuffer(entry.read_bytes(), '<i8')
+        d = np.frombuffer(entry.read_bytes(), '<i8').reshape(-1, 2)
         if len(d) == len(records): return d
-    d = statement_digests(r['formal_statement'] for r in records)
+    d = statement_digests(records)
     with contextlib.suppress(OSError): atomic_write_bytes(entry, d.astype('<i8').tobytes())   # no cache: slower, not wrong
     return d

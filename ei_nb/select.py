@@ -51,34 +51,38 @@ def merge_measurements(results_path, # the older measurement (verdict records)
     return Path(out_path)
 
 # %% ../nbs/00_select.ipynb #baeb1aa1
-def protected_index(protected:list[dict]) -> tuple[set, set, set]:
-    "Names, statement keys and structural-key digests (`ei_nb.near_dup.key_digest`) of the protected problems."
+def protected_index(protected:list[dict]) -> tuple[set, set, set, set]:
+    "Names, statement keys, structural-key digests and statement-key digests (`ei_nb.near_dup`) of the protected problems."
     stmts = [p['formal_statement'] for p in protected]
-    return ({p['name'] for p in protected}, {statement_key(s) for s in stmts},
-            {d for s in stmts if (d := key_digest(structural_key(s)))})
+    keys = {statement_key(s) for s in stmts}
+    return {p['name'] for p in protected}, keys, {d for s in stmts if (d := key_digest(structural_key(s)))}, set(map(key_digest, keys))
+
+def _leaks(statement:str, key:str, index:tuple) -> bool:
+    "Whether `statement` (its statement key `key`) is protected: the same key, or a structural near-duplicate."
+    return key in index[1] or key_digest(structural_key(statement)) in index[2]
 
 class KeyedPool(list):
-    "Problem records with the structural-key digest of each (`ei_nb.near_dup.file_digests`): what `read_pool` returns."
+    "Problem records with the key digests of each (`ei_nb.near_dup.file_digests`): what `read_pool` returns."
     def __init__(self, records, digests): super().__init__(records); self.digests = digests
 
-def _digest(pool:list, i:int) -> int:
-    "The structural-key digest of `pool[i]`: the pool's own when it was read keyed (`KeyedPool`), else keyed now."
+def _leaked_rows(pool:list, rows:list[int], index:tuple) -> set[int]:
+    "The rows of `pool` whose statement key or structural key is protected (the pool's cached digests when it has them)."
     ds = getattr(pool, 'digests', None)
-    return int(ds[i]) if ds is not None else key_digest(structural_key(pool[i]['formal_statement']))
+    if ds is not None:   # a pool read keyed: two array look-ups, no statement decoded
+        r = np.asarray(rows, np.int64)
+        hit = np.isin(ds[r, 0], np.fromiter(index[3], np.int64)) | np.isin(ds[r, 1], np.fromiter(index[2], np.int64))
+        return set(r[hit].tolist())
+    return {i for i, key in zip(rows, statement_keys([pool[i] for i in rows]))   # keyed in C where the statement is plain
+            if _leaks(pool[i]['formal_statement'], key, index)}
 
-def _leaks(statement:str, key:str, index:tuple, digest:int|None=None) -> bool:
-    "Whether `statement` (its statement key `key`; its key digest if known) is protected: the same key, or a near-duplicate."
-    return key in index[1] or (key_digest(structural_key(statement)) if digest is None else digest) in index[2]
 
 def _removed(pool:list[dict], pool_names:list[str],
-             index:tuple[set, set, set], # `protected_index` of the protected problems
+             index:tuple, # `protected_index` of the protected problems
              candidates:set|None) -> set[int]:
     "Indices into `pool` (whose names are `pool_names`) of the problems whose name, statement key or structural key is protected; only candidates are keyed."
     names = index[0]
     keyed = [i for i, n in enumerate(pool_names) if n not in names and (candidates is None or n in candidates)]
-    leaked = {i for i, key in zip(keyed, statement_keys([pool[i] for i in keyed]))   # keyed in C where the statement is plain
-              if key in index[1] or _digest(pool, i) in index[2]}
-    return {i for i, n in enumerate(pool_names) if n in names} | leaked
+    return {i for i, n in enumerate(pool_names) if n in names} | _leaked_rows(pool, keyed, index)
 
 def decontaminate(pool:list[dict], protected:list[dict],
                   candidates:set|None=None, # names that could be selected: only their statements are keyed (None: all)
@@ -92,7 +96,7 @@ def _rank(seed:int, name:str) -> bytes: return hashlib.sha256(f'{seed}:{name}'.e
 
 def _first_clean_zeros(by_name:dict, # the pool's records by name
                        rate:dict,
-                       index:tuple[set, set, set], # `protected_index` of the protected problems
+                       index:tuple, # `protected_index` of the protected problems
                        max_zero:int, seed:int) -> set:
     "The p = 0 problems keyed for selection: in rank order, until `max_zero` of them are not protected (those keyed and found protected included)."
     if max_zero <= 0: return set()
@@ -182,7 +186,7 @@ def read_pool(pool_path, extra_pool_paths=()) -> list:
             if (twice := next((p['name'] for p in extra if p['name'] in names), None)):
                 raise BadInput(f'{path}: problem {twice!r} is already in the pool')
             pool, names = list(pool) + extra, names | {p['name'] for p in extra}
-            digests = np.concatenate([digests, statement_digests(p['formal_statement'] for p in extra)])
+            digests = np.concatenate([digests, statement_digests(extra)])
     return KeyedPool(pool, digests)
 
 def run_select(pool_path, results_path, out_path, protected_paths=(), lo=0.0, hi=0.75, include_zero=False,
