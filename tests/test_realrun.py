@@ -4,6 +4,7 @@
 and the reference configs. No network, no Lean: the REPL is tests/fake_repl.py, the OpenAI server a local stand-in."""
 import http.server, json, os, random, stat, subprocess, sys, threading
 from pathlib import Path
+import numpy as np
 import pytest
 
 from ei_nb.core import read_problems, shared_data, statement_key, StageFailed
@@ -326,6 +327,32 @@ def test_pool_from_a_parquet_file(tmp_path):
     assert (tmp_path / 'again.jsonl').read_bytes() == (tmp_path / 'pool.jsonl').read_bytes()
     ei('pool', '--source', src, '--protected', mf, '--out', tmp_path / 'other.jsonl', '--n', 50, '--seed', 4)
     assert {p['name'] for p in read_problems(tmp_path / 'other.jsonl')} != {p['name'] for p in pool}
+
+
+def test_the_pool_is_keyed_once_when_written_and_select_reads_its_keys(tmp_path):
+    "`ei pool` keys its file (issue 34): `ei select` compares the cached digests, it does not key the statements again."
+    import pyarrow as pa, pyarrow.parquet as pq
+    from ei_nb.near_dup import digests_entry, statement_digests
+    src, mf, env = tmp_path / 'statements.parquet', shared_data('minif2f_dsp15.jsonl'), {'EI_HASH_CACHE': str(tmp_path / 'cache')}
+    pq.write_table(pa.Table.from_pylist(_statement_rows()), src)
+    rc, _, err = ei('pool', '--source', src, '--out', tmp_path / 'pool.jsonl', env=env)   # no --protected: miniF2F stays
+    assert rc == 0, err
+    pool = read_problems(tmp_path / 'pool.jsonl')
+    os.environ['EI_HASH_CACHE'] = env['EI_HASH_CACHE']
+    try: entry = digests_entry(tmp_path / 'pool.jsonl')
+    finally: del os.environ['EI_HASH_CACHE']
+    assert (np.frombuffer(entry.read_bytes(), '<i8').reshape(-1, 2) == statement_digests(pool)).all()
+    (tmp_path / 'v.jsonl').write_text(''.join(json.dumps({'name': p['name'], 'sample_idx': i, 'verdict': v}) + '\n'
+                                             for p in pool for i, v in enumerate(('pass', 'fail'))))
+    def selected():
+        rc, out, err = ei('select', '--pool', tmp_path / 'pool.jsonl', '--results', tmp_path / 'v.jsonl', '--protected', mf,
+                          '--out', tmp_path / 'sel.jsonl', '--max-problems', 10000, env=env)
+        assert rc == 0, err
+        return {p['name'] for p in read_problems(tmp_path / 'sel.jsonl')}
+    renamed = {p['name'] for p in pool if p['name'].startswith('renamed_')}
+    assert renamed and not renamed & selected()                     # the miniF2F statements under other names are removed
+    entry.write_bytes(np.zeros(2 * len(pool), '<i8').tobytes())    # keys that match nothing: select believes the cache
+    assert renamed <= selected()
 
 
 def test_pool_through_datasets_from_a_dataset_folder(tmp_path):
