@@ -181,7 +181,8 @@ def main():
         once = measured([sys.executable, __file__, '--key-pool', str(d / 'pool.jsonl')], env)
         sel = median_run([ei, 'select', '--pool', str(d/'pool.jsonl'), '--results', str(d/'verdicts.jsonl'), '--protected', str(protected),
                           '--out', str(d/'selected.jsonl'), '--include-zero', '--max-problems', '300'], env, a.repeat)
-        st = median_run([ei, 'stats', '--verified', str(d/'verdicts.jsonl'), '--k', '1,8,32'], env, a.repeat)
+        ks = ','.join(str(k) for k in (1, 8, 32) if k <= a.samples)
+        st = median_run([ei, 'stats', '--verified', str(d/'verdicts.jsonl'), '--k', ks], env, a.repeat)
         r = {'problems': n, 'rows': n_rows, 'select_s': sel['s'], 'stats_s': st['s'], 'ei_cpu_s': sel['cpu_s'] + st['cpu_s'],
              'ei_rows_per_s': n_rows / (sel['s'] + st['s']), 'ei_rows_per_cpu_s': n_rows / (sel['cpu_s'] + st['cpu_s']),
              'ei_peak_mib': max(sel['peak_mib'], st['peak_mib']), 'solved': json.loads(st['out'])['solved'],
