@@ -110,7 +110,9 @@ DRIVER_KEYS = {
               'seed': (0, 'engine seed (every request carries its own)'), 'generation_config': ('vllm', 'must be vllm (no defaults from the model\'s generation_config.json)'),
               'host': ('127.0.0.1', 'where the server listens'), 'port': (0, 'its port (0: a free one)'),
               'deadline': (1800.0, 'seconds for the model to load'), 'grace': (30.0, 'seconds between SIGTERM and SIGKILL when stopping'),
-              'extra_args': ([], 'further vllm serve flags, e.g. ["--gpu-memory-utilization", "0.85"]')},
+              'extra_args': ([], 'further vllm serve flags, e.g. ["--gpu-memory-utilization", "0.85"]'),
+              'max_num_seqs': (0, 'sequences one engine runs at once (--max-num-seqs; 0: vLLM\'s default)'),
+              'max_in_flight': (0, 'sequences the sampler keeps in flight (0: max_num_seqs x data_parallel_size)')},
     'eta': ETA_KEYS,
 }
 STAGE_DRIVER_KEYS = {'03_average': {'anchor': ('original', 'original (the base model) or previous (the round input)')},
