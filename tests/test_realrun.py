@@ -511,3 +511,17 @@ def test_doctor_says_when_the_checking_server_refuses_the_key(tmp_path, monkeypa
         monkeypatch.setenv('EI_LEAN_SERVER_ENDPOINTS', url); monkeypatch.setenv('EI_LEAN_SERVER_KEY', 'wrong')
         rows = check_lean(Context(load_config(ROOT / 'configs/goedel8b_two_node.toml', warn=lambda *a: None), tmp_path / 'run'), timeout=5)
     assert [r['status'] for r in rows] == ['FAIL'] and 'HTTP 401' in rows[0]['detail'] and 'EI_LEAN_SERVER_KEY' in rows[0]['detail']
+
+
+def test_the_dry_run_of_the_reference_config_prints_the_lean_bound_estimate():
+    "Round 0 samples the 4,000-problem pool: ~200 worker-h of Lean, ~25 h on the config's 8 workers, ~3 h on 64 (issue 34)."
+    rc, out, err = ei('run', '--config', ROOT / 'configs' / 'goedel8b.toml', '--dry-run')
+    assert rc == 0, err
+    p = subprocess.run([sys.executable, '-c', 'from ei_nb.cli import _entry; _entry()', 'run', '--config',
+                        str(ROOT / 'configs' / 'goedel8b.toml'), '--dry-run'], capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, 'PYTHONPATH': str(ROOT), 'OMP_NUM_THREADS': '1'}, timeout=600)
+    r0 = p.stdout.split('round 0  01_sample_verify', 1)[1].splitlines()[1].strip()
+    assert r0 == 'Lean-bound: 201 worker-h, 25 h on 8 workers, 3.1 h on 64; generation 4.0 h', r0
+    assert out['bound']['0:01_sample_verify'] == 'Lean-bound' and 'estimates' in p.stdout
+    rc, wide, err = ei('run', '--config', ROOT / 'configs' / 'goedel8b.toml', '--dry-run', '--set', 'eta.lean_workers=64')
+    assert rc == 0 and wide['bound']['0:01_sample_verify'] == 'GPU-bound' and wide['eta_s'] < out['eta_s'] / 3
