@@ -101,7 +101,8 @@ DRIVER_KEYS = {
               'baseline_verdicts': ('', 'eval verdicts of the base model, instead of evaluating it')},
     'verify': {'backend': ('auto', 'auto, a registered back-end (known, none, repl, lean, server, arith) or package.module:factory (auto: lean when `lean` and a project exist, else known)'),
                'timeout': (300, 'seconds per proof'), 'workers': (0, 'parallel checks (0: the CPU count)'),
-               'max_error_frac': (0.1, 'a stage stops (exit 3) when more Lean checks than this share end in `error`: a broken verifier')},
+               'max_error_frac': (0.1, 'a stage stops (exit 3) when more Lean checks than this share end in `error`: a broken verifier'),
+               'replay': (True, 'replay passing proofs through the kernel (repl, lean); false: NOT replayed')},
     'serve': {'backend': ('local', 'local (this node\'s GPUs) or ray (a Ray cluster started once with `ray start`)'),
               'vllm_bin': ('vllm', 'the vllm command (a path, or a command line; {python} is this Python)'),
               'data_parallel_size': (1, 'engines behind the one endpoint (all nodes together)'),
@@ -213,6 +214,8 @@ def load_config(path, # the TOML file
     _check_choices(path, cfg)
     if cfg['paths']['lake']:   # the stage kernels find `lake` through EI_LAKE (ei_nb.lean_backends.lake_executable)
         cfg['run']['env'] = {'EI_LAKE': str(Path(expand(cfg['paths']['lake'], '', path.parent)).absolute()), **cfg['run']['env']}
+    if not cfg['verify']['replay']:   # the stage kernels' verifiers read EI_REPLAY (ei_nb.verify)
+        cfg['run']['env'] = {**cfg['run']['env'], 'EI_REPLAY': '0'}
     return cfg
 
 # %% ../nbs/run/config.ipynb #c5ed1bc9

@@ -11,8 +11,8 @@ from .layout import RunLayout, read_stage_json
 
 # %% auto #0
 __all__ = ['DPO_TOKEN_COST', 'ETA_KEYS', 'SAMPLING', 'training_work', 'stage_work', 'lean_workers', 'sampling_parts',
-           'model_seconds', 'eta_seconds', 'bound_text', 'count_lines', 'hms', 'measured_lean_s', 'record_rate',
-           'planned_sizes', 'Estimator']
+           'model_seconds', 'lean_rate', 'eta_seconds', 'bound_text', 'count_lines', 'hms', 'measured_lean_s',
+           'record_rate', 'planned_sizes', 'Estimator']
 
 # %% ../nbs/run/eta.ipynb #7d8fd489
 DPO_TOKEN_COST = 4 / 3   # a DPO token: policy forward + backward (3 units) plus the reference's forward (1 unit)
@@ -88,12 +88,14 @@ def model_seconds(stage:str, cfg:dict, work:float, lean_s:float|None=None) -> fl
         return 2 * work * e['row_tokens'] / (e['score_speedup'] * e['r_tr']) + e['stage_s']
     return e['demo_s'] if stage == 'demo' else e['stage_s']
 
-def _lean_rate(rates:dict) -> float|None: return (rates.get('lean') or {}).get('worker_s_per_check')
+def lean_rate(rates:dict) -> float|None:
+    "The measured Lean worker-seconds per check of a run's rates (`record_rate`), or None."
+    return (rates.get('lean') or {}).get('worker_s_per_check')
 
 def eta_seconds(stage:str, cfg:dict, work:float, rates:dict) -> tuple[float, str]:
     "(seconds, 'measured' or 'model'): the measured rate of this stage when there is one."
     if (m := rates.get(stage)) and m.get('s_per_unit') is not None: return m['s_per_unit'] * work, 'measured'
-    return model_seconds(stage, cfg, work, _lean_rate(rates)), 'model'
+    return model_seconds(stage, cfg, work, lean_rate(rates)), 'model'
 
 def _hours(s:float) -> str:
     return f'{s/3600:.0f} h' if s >= 36000 else f'{s/3600:.1f} h' if s >= 360 else f'{s/60:.0f} min' if s >= 60 else f'{s:.0f} s'
@@ -101,7 +103,7 @@ def _hours(s:float) -> str:
 def bound_text(stage:str, cfg:dict, work:float, rates:dict|None=None, wide:int=64) -> str|None:
     "Which resource bounds a sampling stage, e.g. `Lean-bound: 200 worker-h, 25 h on 8 workers, 3.1 h on 64`."
     if stage not in SAMPLING or not work: return None
-    gen, lean = sampling_parts(stage, cfg, work, _lean_rate(rates or {}))
+    gen, lean = sampling_parts(stage, cfg, work, lean_rate(rates or {}))
     w = lean_workers(cfg); other = wide if w != wide else 8
     checking = f'{_hours(lean).replace(" h", " worker-h")}, {_hours(lean / w)} on {w} workers, {_hours(lean / other)} on {other}'
     if lean / w > gen: return f'Lean-bound: {checking}; generation {_hours(gen)}'

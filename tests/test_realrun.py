@@ -208,13 +208,21 @@ def test_doctor_fails_with_the_fix_on_the_reference_config_here(tmp_path):
                       '--set', f'paths.pool="{tmp_path}/pool.jsonl"')
     assert rc == 3 and out is not None and not out['ok']
     rows = {r['check']: r for r in out['rows']}
-    assert rows['base model']['status'] == 'FAIL' and 'huggingface-cli download' in rows['base model']['fix']
+    assert rows['base model']['status'] == 'FAIL' and 'hf download Goedel-LM' in rows['base model']['fix']   # not huggingface-cli
     assert rows['pool']['status'] == 'FAIL' and 'ei pool' in rows['pool']['fix']
     assert rows['gpus']['status'] == 'FAIL'      # the managed server's 4 data-parallel engines, no CUDA here
     assert rows['scored']['status'] == 'OK'       # miniF2F-valid, none of the test split
     assert rows['vllm serve']['status'] == 'FAIL' and "pip install 'ei_nb[vllm]'" in rows['vllm serve']['fix']   # no vllm here
     assert '--data-parallel-size 4' in rows['server command']['detail'] and '--generation-config vllm' in rows['server command']['detail']
     assert 'not ready:' in err
+    assert rows['nvidia driver']['status'] == 'WARN' and rows['torch cuda']['status'] == 'WARN'   # no GPU on this machine
+    assert rows['lean workers']['status'] == 'WARN' and 'Lean-bound' in rows['lean workers']['detail']   # 8 workers, 4,000 x 8
+    assert rows['kernel replay']['status'] == 'OK'
+    rc, out, err = ei('doctor', '--config', 'configs/goedel8b.toml', '--run-dir', tmp_path / 'g', '--no-lean', '--set',
+                      f'paths.pool="{tmp_path}/pool.jsonl"', '--set', 'verify.replay=false', '--set', 'eta.lean_workers=64')
+    rows = {r['check']: r for r in out['rows']}
+    assert rows['kernel replay']['status'] == 'WARN' and 'NOT replayed' in rows['kernel replay']['detail']
+    assert rows['lean workers']['status'] == 'OK'
 
 
 def test_doctor_checks_the_pool_against_protected(tmp_path):
@@ -525,3 +533,16 @@ def test_the_dry_run_of_the_reference_config_prints_the_lean_bound_estimate():
     assert out['bound']['0:01_sample_verify'] == 'Lean-bound' and 'estimates' in p.stdout
     rc, wide, err = ei('run', '--config', ROOT / 'configs' / 'goedel8b.toml', '--dry-run', '--set', 'eta.lean_workers=64')
     assert rc == 0 and wide['bound']['0:01_sample_verify'] == 'GPU-bound' and wide['eta_s'] < out['eta_s'] / 3
+
+
+def test_doctor_reads_the_driver_from_nvidia_smi_and_names_the_driver_torch_needs(tmp_path, monkeypatch):
+    "A stand-in nvidia-smi answers `--query-gpu=driver_version --format=csv,noheader` as the real one does (one line per GPU)."
+    from ei_nb.doctor_node import driver_version, gpu_stack_rows
+    smi = script(tmp_path / 'bin' / 'nvidia-smi', '#!/bin/sh\n[ "$1" = "--query-gpu=driver_version" ] && '
+                 '[ "$2" = "--format=csv,noheader" ] || exit 9\necho 575.57.08\necho 575.57.08\n')
+    monkeypatch.setenv('PATH', f'{smi.parent}{os.pathsep}{os.environ["PATH"]}')
+    assert driver_version() == '575.57.08'
+    rows = gpu_stack_rows(4, driver_version(), {'torch': '2.9.0+cu130', 'cuda': '13.0', 'available': False})
+    assert [r['status'] for r in rows] == ['FAIL', 'FAIL'] and '>= 580' in rows[0]['fix']
+    smi.write_text('#!/bin/sh\nexit 1\n')
+    assert driver_version() == ''                             # there, but not answering: a WARN row, not a crash
