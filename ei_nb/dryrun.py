@@ -63,4 +63,5 @@ def print_plan(steps:list[dict], out=None) -> dict:
     print(f"   total ETA {hms(total)}: " + ', '.join(f'{k} {hms(v)}' for k, v in by_round.items()), file=out)
     print('   (estimates: the [eta] seeds until stages finish, then their measured rates)', file=out)
     return {'eta_s': round(total, 1), 'eta': hms(total), 'eta_by_round': {k: hms(v) for k, v in by_round.items()},
-            'steps': len(steps), 'bound': {f"{s['round']}:{s['stage']}": s['bound'].split(':')[0] for s in steps if s.get('bound')}}
+            'steps': len(steps),
+            'bound': {f"{s['round']}:{s['stage']}": s['bound'].split(':')[0] for s in steps if s.get('bound')}}

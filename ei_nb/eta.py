@@ -45,7 +45,7 @@ ETA_KEYS = {'r_gen': (11200.0, 'generated tokens/s of the server (seed: 4 H100s,
             'stage_s': (30.0, 'a stage without model work'), 'demo_s': (60.0, 'the demo data + warm start'),
             'correct_per_problem': (3.5, 'correct pool samples per selected problem (the diagnostic scores them)'),
             'score_speedup': (2.5, 'scoring over training tokens/s: forward only (2 to 3)')}
-SAMPLING = ('00b_conjecture', '01_sample_verify', '01c_correct', '04_eval')   # the stages that generate and check proofs
+SAMPLING = ('00b_conjecture', '01_sample_verify', '01c_correct', '04_eval')   # they generate and check proofs
 
 def stage_work(stage:str, cfg:dict, P:int, N:int, rnd:int=1) -> float:
     "Units of work of a step: samples (01, 04), training tokens (02), output bytes (03), else 1."
@@ -98,14 +98,16 @@ def eta_seconds(stage:str, cfg:dict, work:float, rates:dict) -> tuple[float, str
     return model_seconds(stage, cfg, work, lean_rate(rates)), 'model'
 
 def _hours(s:float) -> str:
-    return f'{s/3600:.0f} h' if s >= 36000 else f'{s/3600:.1f} h' if s >= 360 else f'{s/60:.0f} min' if s >= 60 else f'{s:.0f} s'
+    if s >= 360: return f'{s/3600:.0f} h' if s >= 36000 else f'{s/3600:.1f} h'
+    return f'{s/60:.0f} min' if s >= 60 else f'{s:.0f} s'
 
 def bound_text(stage:str, cfg:dict, work:float, rates:dict|None=None, wide:int=64) -> str|None:
     "Which resource bounds a sampling stage, e.g. `Lean-bound: 200 worker-h, 25 h on 8 workers, 3.1 h on 64`."
     if stage not in SAMPLING or not work: return None
     gen, lean = sampling_parts(stage, cfg, work, lean_rate(rates or {}))
     w = lean_workers(cfg); other = wide if w != wide else 8
-    checking = f'{_hours(lean).replace(" h", " worker-h")}, {_hours(lean / w)} on {w} workers, {_hours(lean / other)} on {other}'
+    checking = (f'{_hours(lean).replace(" h", " worker-h")}, {_hours(lean / w)} on {w} workers, '
+                f'{_hours(lean / other)} on {other}')
     if lean / w > gen: return f'Lean-bound: {checking}; generation {_hours(gen)}'
     return f'GPU-bound: generation {_hours(gen)}; Lean {checking}'
 
@@ -144,7 +146,7 @@ def record_rate(rates:dict, # stage -> measured rate (updated in place); 'lean':
 
 # %% ../nbs/run/eta.ipynb #914b4712
 def planned_sizes(paths:dict, cfg:dict) -> tuple[int|None, int|None]:
-    "Pool and scored sizes before the run has its inputs: the configured files, else `[eta] pool_size`, else the demo's."
+    "Pool and scored sizes before the run has its inputs: the configured files, else `[eta] pool_size` or the demo's."
     def n(path, split=''):
         try: return sum(1 for q in read_problems(path) if not split or q['split'] == split)
         except (BadInput, OSError): return None

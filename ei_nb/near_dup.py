@@ -226,7 +226,8 @@ def statement_digests(records:list) -> np.ndarray:
     "Per problem record: the digests of its statement key and of its structural key, an int64 array (n, 2)."
     keys = statement_keys(records)   # in C where the statement is plain
     out = np.zeros((len(records), 2), np.int64)
-    for i, (r, k) in enumerate(zip(records, keys)): out[i] = key_digest(k), key_digest(structural_key(r['formal_statement']))
+    for i, (r, k) in enumerate(zip(records, keys)):
+        out[i] = key_digest(k), key_digest(structural_key(r['formal_statement']))
     return out
 
 try: _VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]   # the module's code: a change re-keys
@@ -240,11 +241,11 @@ def digests_entry(path) -> Path|None:
 def file_digests(path, # a problem file
                  records:list, # its problem records, in file order (`formal_statement` is read only when not cached)
                 ) -> np.ndarray:
-    "`statement_digests` of the records of `path`: from the cache when the file was keyed before, else keyed and cached."
+    "`statement_digests` of the records of `path`: from the cache when the file was keyed before, else keyed now."
     entry = digests_entry(path)
     with contextlib.suppress(OSError, ValueError):
         d = np.frombuffer(entry.read_bytes(), '<i8').reshape(-1, 2)
         if len(d) == len(records): return d
     d = statement_digests(records)
-    with contextlib.suppress(OSError): atomic_write_bytes(entry, d.astype('<i8').tobytes())   # no cache: slower, not wrong
+    with contextlib.suppress(OSError): atomic_write_bytes(entry, d.astype('<i8').tobytes())   # none: slower, not wrong
     return d
