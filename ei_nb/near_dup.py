@@ -12,7 +12,8 @@ from .jsonl_scan import statement_keys
 
 # %% auto #0
 __all__ = ['OPEN', 'BIN', 'AC', 'SYM', 'FLIP', 'MAX_RENAMINGS', 'tokens', 'head', 'Parser', 'parse', 'canon', 'conjuncts',
-           'premises', 'binders', 'structural_key', 'key_digest', 'statement_digests', 'digests_entry', 'file_digests']
+           'premises', 'binders', 'structural_key', 'key_digest', 'statement_digests', 'digests_entry', 'file_digests',
+           'write_pool_index', 'pool_index']
 
 # %% ../nbs/records/near_dup.ipynb #6d77ebe3
 _TOK = re.compile(r"\s*(≡|:=|=>|<;>|≤|≥|≠|→|↔|∧|∨|¬|∣|∈|∉|∘|•|∑|∏|∀|∃!|∃|λ|↑|⁻¹|\^|\*|/|\+|-|%|<|>|=|,|:|\(|\)|\[|\]|\{|\}|⟨|⟩|\||!|·|'|\d+(?:\.\d+)?|[^\s:=,()\[\]{}⟨⟩|^*/+\-%<>≤≥≠→↔∧∨¬∣∈∉∘•∑∏∀∃λ↑!·]+)")
@@ -249,3 +250,26 @@ def file_digests(path, # a problem file
     d = statement_digests(records)
     with contextlib.suppress(OSError): atomic_write_bytes(entry, d.astype('<i8').tobytes())   # none: slower, not wrong
     return d
+
+def write_pool_index(path, # a problem file, validated
+                     records:list, # its records as `scan_problems` returns them (they know where their lines start)
+                    ) -> bool:
+    "Keep the names of `path` and where each line starts beside its digests, so the next read need not scan it."
+    lines = {id(getattr(r, '_lines', None)) for r in records}
+    if not records or len(lines) != 1 or getattr(records[0], '_lines', None) is None: return False
+    entry = digests_entry(path)
+    with contextlib.suppress(OSError):
+        atomic_write_bytes(entry.with_suffix('.names'), '\n'.join(r.name for r in records).encode('utf-8'))
+        atomic_write_bytes(entry.with_suffix('.starts'), np.asarray(records[0]._lines.starts, '<i8').tobytes())
+        return True
+    return False
+
+def pool_index(path) -> tuple[list[str], np.ndarray, np.ndarray]|None:
+    "(names, line starts, digests) of a pool file indexed before (`write_pool_index`), or None."
+    entry = digests_entry(path)
+    try:
+        names = entry.with_suffix('.names').read_bytes().decode('utf-8').split('\n')
+        starts = np.frombuffer(entry.with_suffix('.starts').read_bytes(), '<i8')
+        digests = np.frombuffer(entry.read_bytes(), '<i8').reshape(-1, 2)
+    except (OSError, ValueError, AttributeError): return None
+    return (names, starts, digests) if len(names) == len(starts) == len(digests) else None

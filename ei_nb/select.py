@@ -5,17 +5,18 @@
 # %% ../nbs/00_select.ipynb #2ece7f7f
 from __future__ import annotations
 import hashlib
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 import numpy as np
-from .core import (BadInput, DataStop, atomic_write_bytes, check_output, iter_jsonl, jsonl_bytes, read_problems,
-                        statement_key, write_records)
+from .core import (BadInput, DataStop, atomic_write_bytes, check_output, decode_line, iter_jsonl, jsonl_bytes,
+                        read_problems, statement_key, write_records)
 from .jsonl_scan import scan_problems, statement_keys
-from .near_dup import file_digests, key_digest, statement_digests, structural_key
+from .near_dup import file_digests, key_digest, pool_index, statement_digests, structural_key, write_pool_index
 from .eval import ProblemCounts, counts_of, problem_counts, verdict_counts
 
 # %% auto #0
-__all__ = ['pass_rates', 'sampled_by', 'measurement_sources', 'merge_measurements', 'protected_index', 'KeyedPool',
+__all__ = ['pass_rates', 'sampled_by', 'measurement_sources', 'merge_measurements', 'protected_index', 'IndexedPool', 'KeyedPool',
            'decontaminate', 'select_problems', 'plot_band', 'read_pool', 'run_select', 'select_cli']
 
 # %% ../nbs/00_select.ipynb #27c1ab7b
@@ -61,6 +62,33 @@ def _leaks(statement:str, key:str, index:tuple) -> bool:
     "Whether `statement` (its statement key `key`) is protected: the same key, or a structural near-duplicate."
     return key in index[1] or key_digest(structural_key(statement)) in index[2]
 
+class IndexedPool(Sequence):
+    "A pool file read through its cached index (`ei_nb.near_dup.pool_index`): names and key digests at hand, a record "
+    "decoded from its line when asked; `extra` records (other files) after the file's."
+    def __init__(self, path, names:list, starts, digests, extra:list=()):
+        self.path, self.names, self.starts, self.digests, self.extra = Path(path), list(names), starts, digests, list(extra)
+        self.n_file = len(starts)
+        if self.extra:
+            self.names += [p['name'] for p in self.extra]
+            self.digests = np.concatenate([digests, statement_digests(self.extra)])
+    def __len__(self): return len(self.names)
+    def __getitem__(self, i):
+        if isinstance(i, slice): return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0: i += len(self)
+        if i >= self.n_file: return self.extra[i - self.n_file]
+        with open(self.path, 'rb') as f: f.seek(int(self.starts[i])); return decode_line(f.readline(), self.path, i + 1)
+
+class _ByName(Mapping):
+    "The records of a pool by name, each read only when looked up; `only`: the names that can be looked up (all: None)."
+    def __init__(self, pool, names:list, only=None):
+        self.pool = pool
+        self.row = dict(zip(names, range(len(names)))) if only is None else {n: i for i, n in enumerate(names) if n in only}
+    def __getitem__(self, n): return self.pool[self.row[n]]
+    def __contains__(self, n): return n in self.row
+    def __iter__(self): return iter(self.row)
+    def __len__(self): return len(self.row)
+    def keys(self): return self.row.keys()
+
 class KeyedPool(list):
     "Problem records with the key digests of each (`ei_nb.near_dup.file_digests`): what `read_pool` returns."
     def __init__(self, records, digests): super().__init__(records); self.digests = digests
@@ -78,10 +106,14 @@ def _leaked_rows(pool:list, rows:list[int], index:tuple) -> set[int]:
 
 def _removed(pool:list[dict], pool_names:list[str],
              index:tuple, # `protected_index` of the protected problems
-             candidates:set|None) -> set[int]:
-    "Indices into `pool` (whose names are `pool_names`) of the problems whose name, statement key or structural key is protected; only candidates are keyed."
+             candidates:set|None,
+             rows:dict|None=None, # name -> index of at least every candidate (None: found by a pass over the names)
+            ) -> set[int]:
+    "Indices into `pool` (whose names are `pool_names`) of the problems whose name, statement key or structural key is "
+    "protected; only candidates are keyed."
     names = index[0]
-    keyed = [i for i, n in enumerate(pool_names) if n not in names and (candidates is None or n in candidates)]
+    if candidates is not None and rows is not None: keyed = [rows[n] for n in candidates if n in rows and n not in names]
+    else: keyed = [i for i, n in enumerate(pool_names) if n not in names and (candidates is None or n in candidates)]
     return {i for i, n in enumerate(pool_names) if n in names} | _leaked_rows(pool, keyed, index)
 
 def decontaminate(pool:list[dict], protected:list[dict],
@@ -136,11 +168,11 @@ def select_problems(pool:list[dict], # problem records of the training pool
     rate = dict(zip(measured_names, counts.pass_rate.tolist()))
     band = {n for n, p in rate.items() if lo < p <= hi}
     band -= set(held_back)
-    pool_names = [p['name'] for p in pool]   # once: a scanned pool's records are looked up by name here only
-    by_name = dict(zip(pool_names, pool))
+    pool_names = getattr(pool, 'names', None) or [p['name'] for p in pool]   # an indexed pool knows its names
+    by_name = _ByName(pool, pool_names, rate)   # the measured ones, each read only when it is looked up
     index = protected_index(protected)   # the protected statements keyed once, for the zeros and the candidates
     zeros = _first_clean_zeros(by_name, rate, index, max_zero if include_zero else 0, seed)
-    removed = _removed(pool, pool_names, index, band | zeros)
+    removed = _removed(pool, pool_names, index, band | zeros, by_name.row)
     kept_names = [n for i, n in enumerate(pool_names) if i not in removed] if removed else pool_names
     ranked = partial(_rank, seed)   # ranked: candidates only
     in_band = [n for n in kept_names if n in band]
@@ -176,9 +208,19 @@ def plot_band(table:pd.DataFrame, summary:dict, lo:float=0.0, hi:float=0.75, n_b
 
 # %% ../nbs/00_select.ipynb #0db55d60
 def read_pool(pool_path, extra_pool_paths=()) -> list:
-    "The pool's problem records and those of the extra files, keyed (`KeyedPool`); `BadInput` for a name twice across them."
+    "The pool's problem records and those of the extra files, keyed (`KeyedPool`, or `IndexedPool` when the file was "
+    "read before); `BadInput` for a name twice across them."
+    if (index := pool_index(pool_path)) is not None:   # read before: names, line starts, digests from the cache
+        names, extras = set(index[0]) if extra_pool_paths else set(), []
+        for path in extra_pool_paths:
+            extra = read_problems(path, required=False)
+            if (twice := next((p['name'] for p in extra if p['name'] in names), None)):
+                raise BadInput(f'{path}: problem {twice!r} is already in the pool')
+            extras, names = extras + extra, names | {p['name'] for p in extra}
+        return IndexedPool(pool_path, *index, extras)
     pool = scan_problems(pool_path) or read_problems(pool_path)   # checked in C; a statement is decoded only where it is read
     digests = file_digests(pool_path, pool)   # the pool file's structural keys: computed once, then read from the cache
+    write_pool_index(pool_path, pool)          # and its names and lines: the next read needs no scan
     if extra_pool_paths:
         names = {p['name'] for p in pool}
         for path in extra_pool_paths:
