@@ -114,7 +114,8 @@ def _removed(pool:list[dict], pool_names:list[str],
     names = index[0]
     if candidates is not None and rows is not None: keyed = [rows[n] for n in candidates if n in rows and n not in names]
     else: keyed = [i for i, n in enumerate(pool_names) if n not in names and (candidates is None or n in candidates)]
-    return {i for i, n in enumerate(pool_names) if n in names} | _leaked_rows(pool, keyed, index)
+    leaked = _leaked_rows(pool, keyed, index)
+    return {i for i, n in enumerate(pool_names) if n in names} | leaked
 
 def decontaminate(pool:list[dict], protected:list[dict],
                   candidates:set|None=None, # names that could be selected: only their statements are keyed (None: all)
