@@ -546,3 +546,22 @@ def test_doctor_reads_the_driver_from_nvidia_smi_and_names_the_driver_torch_need
     assert [r['status'] for r in rows] == ['FAIL', 'FAIL'] and '>= 580' in rows[0]['fix']
     smi.write_text('#!/bin/sh\nexit 1\n')
     assert driver_version() == ''                             # there, but not answering: a WARN row, not a crash
+
+
+def test_replay_off_in_the_config_reaches_the_verifier_and_stage_json(monkeypatch):
+    "`[verify] replay = false` (issue 34): the stage kernels get EI_REPLAY=0, the verifier replays nothing and says so,"
+    "and the stage.json of a stage that checks proofs says plainly that its passes were not replayed."
+    from types import SimpleNamespace
+    from ei_nb.config import load_config
+    from ei_nb.layout import write_stage_json
+    from ei_nb.verify import VerifierSettings, _replay_pool
+    cfg = load_config(ROOT / 'configs/goedel8b.toml', ['verify.replay=false'], warn=lambda *a: None)
+    assert cfg['run']['env']['EI_REPLAY'] == '0'
+    assert 'EI_REPLAY' not in load_config(ROOT / 'configs/goedel8b.toml', warn=lambda *a: None)['run']['env']
+    monkeypatch.setenv('EI_REPLAY', '0')
+    assert _replay_pool(VerifierSettings(backend='repl'), SimpleNamespace(pickles='pickle'), {}) is None
+    rec = write_stage_json(None, '01_sample_verify', {}, {}, {'verify_backend': 'repl'}, {'work': 1}, 1.0)
+    assert 'NOT replayed' in rec['kernel_replay']
+    assert 'kernel_replay' not in write_stage_json(None, '02_sft', {}, {}, {'lr': 1e-5}, {'work': 1}, 1.0)
+    monkeypatch.delenv('EI_REPLAY')
+    assert 'kernel_replay' not in write_stage_json(None, '01_sample_verify', {}, {}, {'verify_backend': 'repl'}, {'work': 1}, 1.0)
