@@ -28,7 +28,7 @@ TORCH_PROBE = ('import json, torch; print(json.dumps({"torch": torch.__version__
                '"available": torch.cuda.is_available()}))')
 
 def torch_cuda(python:str=sys.executable) -> dict|None:
-    "torch's version, its CUDA and `torch.cuda.is_available()`, from a child process (CUDA starts there); None: no torch."
+    "torch's version, its CUDA and `torch.cuda.is_available()`, from a child process (CUDA starts there), or None."
     try: r = subprocess.run([python, '-c', TORCH_PROBE], capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired): return None
     try: return json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None
@@ -89,7 +89,7 @@ def lean_load_rows(cfg:dict, layout, paths:dict) -> list[dict]:
 def replay_rows(cfg:dict, backend:str) -> list[dict]:
     "Whether the passes of a Lean back-end are replayed through the kernel (`[verify] replay`)."
     if backend not in ('repl', 'lean'): return []
-    if cfg['verify'].get('replay', True): return [row('kernel replay', 'OK', 'every pass is replayed through the kernel')]
+    if cfg['verify'].get('replay', True): return [row('kernel replay', 'OK', 'each pass is replayed through the kernel')]
     return [row('kernel replay', 'WARN', 'passes are NOT replayed through the kernel ([verify] replay = false): a '
                 'proof that adds an unsound declaration the elaborator accepts counts as a pass',
                 'build the replay tool (`ei setup-lean` does, in its own step) and remove verify.replay = false')]

@@ -26,7 +26,8 @@ def _planned_step(sources:Sources, estimator:Estimator, nbs, rnd:int, stage:str,
             'params': portable(params, sources.run_dir), 'eta_s': s, 'eta_source': src}
     if not (m or own) and (bound := estimator.bound(rnd, stage)): step['bound'] = bound   # Lean- or GPU-bound
     if params.get('sampler') == 'served':   # the managed server this step starts, exactly
-        cmd = server_command(params['model_dir'], serve_settings(params['serve']), params['serve'].get('port') or 'PORT')
+        port = params['serve'].get('port') or 'PORT'
+        cmd = server_command(params['model_dir'], serve_settings(params['serve']), port)
         step['server'] = {'command': shlex.join(cmd), 'log': params['serve_log']}
     return step
 
@@ -57,7 +58,8 @@ def print_plan(steps:list[dict], out=None) -> dict:
               file=out)
         if s.get('bound'): print(f"{'':10}{s['bound']}", file=out)
         kv = ', '.join(f'{k}={v!r}' for k, v in s['params'].items())
-        print(textwrap.indent(textwrap.fill(kv, 118, break_long_words=False, break_on_hyphens=False), ' ' * 10), file=out)
+        kv = textwrap.fill(kv, 118, break_long_words=False, break_on_hyphens=False)
+        print(textwrap.indent(kv, ' ' * 10), file=out)
         if s.get('server'):
             print(f"{'':10}server: {s['server']['command']}\n{'':10}        (log {s['server']['log']})", file=out)
     print(f"   total ETA {hms(total)}: " + ', '.join(f'{k} {hms(v)}' for k, v in by_round.items()), file=out)

@@ -22,13 +22,15 @@ def training_work(sft:dict, # the [sft] parameters in force
     "Training tokens of 02 in SFT-token units: SFT rows x epochs, plus DPO pairs x 2 sequences x epochs x 4/3."
     objective = sft.get('objective', 'sft')
     work = P * e['rows_per_problem'] * e['row_tokens'] * sft['epochs'] if objective != 'dpo' else 0.0
-    if objective != 'sft': work += P * sft['pairs_per_problem'] * 2 * e['row_tokens'] * sft['dpo_epochs'] * DPO_TOKEN_COST
+    if objective != 'sft':
+        work += P * sft['pairs_per_problem'] * 2 * e['row_tokens'] * sft['dpo_epochs'] * DPO_TOKEN_COST
     return work
 
 # %% ../nbs/run/eta.ipynb #fc27c34e
 ETA_KEYS = {'r_gen': (11200.0, 'generated tokens/s of the server (seed: 4 H100s, see above)'),
             'T_pool': (5000.0, 'mean completion tokens, pool sampling'),
-            'T_eval': (5700.0, 'mean completion tokens, evaluation'), 'f_code': (0.918, 'fraction of samples with code'),
+            'T_eval': (5700.0, 'mean completion tokens, evaluation'),
+            'f_code': (0.918, 'fraction of samples with code'),
             'lean_s': (24.6, 'Lean worker-seconds per checked proof (seed: DESIGN.md, see above)'),
             'lean_workers': (0, 'Lean workers checking proofs (0: [verify] workers, else the CPU count; a Ray cluster: '
                                 'workers_per_node x nodes)'),
@@ -36,12 +38,14 @@ ETA_KEYS = {'r_gen': (11200.0, 'generated tokens/s of the server (seed: 4 H100s,
             'pool_size': (0, 'pool problems while the pool file is not there yet (0: the selection cap)'),
             'gv_overhead_s': (1008.0, 'tail + engine load of a generate/verify stage'),
             'eval_overhead_s': (1008.0, 'tail of an evaluation'), 'r_tr': (2152.0, 'padded training tokens/s'),
-            'sft_efficiency': (0.9, 'useful fraction of training tokens'), 'row_tokens': (2900.0, 'mean tokens per SFT row'),
+            'sft_efficiency': (0.9, 'useful fraction of training tokens'),
+            'row_tokens': (2900.0, 'mean tokens per SFT row'),
             'rows_per_problem': (2.85, 'SFT rows per selected problem (0.95 solved x 3 kept)'),
             'save_s_per_40': (198.0, 'checkpoint seconds per 40 micro-steps'),
             'micro_tokens': (float(SFT_MAX_TOKENS), 'tokens per micro-step (a packed row)'),
             'export_s': (360.0, 'merge + export'), 'model_bytes': (16.4e9, 'bytes of one checkpoint'),
-            'avg_bytes_per_s': (170e6, 'averaging arithmetic, bytes of output per s'), 'avg_io_s': (540.0, 'averaging I/O'),
+            'avg_bytes_per_s': (170e6, 'averaging arithmetic, bytes of output per s'),
+            'avg_io_s': (540.0, 'averaging I/O'),
             'stage_s': (30.0, 'a stage without model work'), 'demo_s': (60.0, 'the demo data + warm start'),
             'correct_per_problem': (3.5, 'correct pool samples per selected problem (the diagnostic scores them)'),
             'score_speedup': (2.5, 'scoring over training tokens/s: forward only (2 to 3)')}
@@ -58,7 +62,8 @@ def stage_work(stage:str, cfg:dict, P:int, N:int, rnd:int=1) -> float:
     if stage == '04_eval': return N * st['04_eval']['n']
     if stage == '02_sft': return training_work(st['02_sft'], P, e)
     if stage == '03_average': return e['model_bytes']
-    if stage == '03c_sharpen': return min(P * e['correct_per_problem'], st['03c_sharpen']['max_samples'] or float('inf'))
+    if stage == '03c_sharpen':
+        return min(P * e['correct_per_problem'], st['03c_sharpen']['max_samples'] or float('inf'))
     return 1.0
 
 def lean_workers(cfg:dict) -> int:
@@ -134,7 +139,7 @@ def record_rate(rates:dict, # stage -> measured rate (updated in place); 'lean':
                 stage:str, rnd:int, wall:float,
                 stage_json, # the step's stage.json (its headline's `work`, its timings)
                ) -> dict|None:
-    "Record the measured seconds per unit of work of a finished step; the entry, or None when there is nothing to learn."
+    "Record the measured seconds per unit of work of a finished step; the entry, or None when there is nothing new."
     rec = read_stage_json(stage_json) or {}
     work = (rec.get('headline') or {}).get('work', 1.0)
     if not work: return None
@@ -155,7 +160,7 @@ def planned_sizes(paths:dict, cfg:dict) -> tuple[int|None, int|None]:
             n(paths['scored'], paths['scored_split']) or demo.get('scored_size'))
 
 class Estimator:
-    "The ETA of each step of one run: the compute model at the run's sizes, replaced by measured rates as stages finish."
+    "The ETA of each step of one run: the compute model at the run's sizes, then measured rates as stages finish."
     def __init__(self, cfg:dict, # the run's configuration (`ei_nb.config.load_config`)
                  layout:RunLayout, # the run's files
                  paths:dict, # the configured paths, resolved (`ei_nb.config.resolve_paths`)
@@ -178,7 +183,7 @@ class Estimator:
         cap = self.cfg['stages']['00_select']['max_problems']
         sel = count_lines(self.layout.round(rnd).selected) if rnd else None
         P = pool if rnd == 0 else sel if sel is not None else min(cap, pool) if pool else cap
-        if stage == '01_sample_verify' and rnd == 1 and not self.paths['seed_verdicts']: P = 0   # reuses the pool measurement
+        if stage == '01_sample_verify' and rnd == 1 and not self.paths['seed_verdicts']: P = 0   # reuses round 0's
         return stage_work(stage, self.cfg, P if P is not None else cap, N or 244, rnd)
 
     def eta(self, rnd:int, stage:str) -> tuple[float, str]:

@@ -66,7 +66,8 @@ class IndexedPool(Sequence):
     "A pool file read through its cached index (`ei_nb.near_dup.pool_index`): names and key digests at hand, a record "
     "decoded from its line when asked; `extra` records (other files) after the file's."
     def __init__(self, path, names:list, starts, digests, extra:list=()):
-        self.path, self.names, self.starts, self.digests, self.extra = Path(path), list(names), starts, digests, list(extra)
+        self.path, self.names, self.starts, self.digests = Path(path), list(names), starts, digests
+        self.extra = list(extra)
         self.n_file = len(starts)
         if self.extra:
             self.names += [p['name'] for p in self.extra]
@@ -82,7 +83,8 @@ class _ByName(Mapping):
     "The records of a pool by name, each read only when looked up; `only`: the names that can be looked up (all: None)."
     def __init__(self, pool, names:list, only=None):
         self.pool = pool
-        self.row = dict(zip(names, range(len(names)))) if only is None else {n: i for i, n in enumerate(names) if n in only}
+        if only is None: self.row = dict(zip(names, range(len(names))))
+        else: self.row = {n: i for i, n in enumerate(names) if n in only}
     def __getitem__(self, n): return self.pool[self.row[n]]
     def __contains__(self, n): return n in self.row
     def __iter__(self): return iter(self.row)
@@ -94,14 +96,14 @@ class KeyedPool(list):
     def __init__(self, records, digests): super().__init__(records); self.digests = digests
 
 def _leaked_rows(pool:list, rows:list[int], index:tuple) -> set[int]:
-    "The rows of `pool` whose statement key or structural key is protected (the pool's cached digests when it has them)."
+    "The rows of `pool` whose statement key or structural key is protected (by the pool's cached digests if it has them)."
     ds = getattr(pool, 'digests', None)
     if ds is not None:   # a pool read keyed: two array look-ups, no statement decoded
         r = np.asarray(rows, np.int64)
         hit = np.isin(ds[r, 0], np.fromiter(index[3], np.int64)) | np.isin(ds[r, 1], np.fromiter(index[2], np.int64))
         return set(r[hit].tolist())
-    return {i for i, key in zip(rows, statement_keys([pool[i] for i in rows]))   # keyed in C where the statement is plain
-            if _leaks(pool[i]['formal_statement'], key, index)}
+    keys = statement_keys([pool[i] for i in rows])   # keyed in C where the statement is plain
+    return {i for i, key in zip(rows, keys) if _leaks(pool[i]['formal_statement'], key, index)}
 
 
 def _removed(pool:list[dict], pool_names:list[str],
