@@ -7,16 +7,22 @@
 #   3. export   merge the adapter and export in bf16, reload, compare logits (ei_nb.train.export_model)
 #   4. average  out = 0.3 * base + 0.7 * merged, streamed (ei_nb.average.average_checkpoints), checked on one tensor
 # Prints tokens/s, peak GPU memory and PASS/FAIL per step; exit 0 when every step passes, 1 otherwise.
-# Without CUDA it says so and exits 0 having run nothing.
-#   bash bench/gpu_smoke.sh [WORK_DIR]        (default: a temporary folder, removed afterwards)
+# Without CUDA it says why (with the NVIDIA driver nvidia-smi reports, when there is one) and exits 2 having run
+# nothing, unless asked to rehearse on the CPU (--cpu, or EI_SMOKE_CPU=1).
+#   bash bench/gpu_smoke.sh [--cpu] [WORK_DIR]   (default: a temporary folder, removed afterwards)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
-# EI_SMOKE_CPU=1 runs the same steps on the CPU in fp32 (a rehearsal of the script itself; its figures mean nothing)
+# --cpu (or EI_SMOKE_CPU=1) runs the same steps on the CPU in fp32 (a rehearsal of the script itself; its figures mean
+# nothing)
+if [ "${1:-}" = --cpu ]; then export EI_SMOKE_CPU=1; shift; fi
 if [ "${EI_SMOKE_CPU:-0}" != 1 ] && ! python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  echo "gpu_smoke: no CUDA device here (torch.cuda.is_available() is False): nothing was run. Run this on a GPU node."
-  exit 0
+  driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)
+  echo "gpu_smoke: no CUDA device here (torch.cuda.is_available() is False; NVIDIA driver: ${driver:-none found}):" \
+       "nothing was run. Run this on a GPU node (\`ei doctor\` names the driver torch needs: >= 580 for CUDA 13)," \
+       "or rehearse on the CPU with --cpu." >&2
+  exit 2
 fi
 
 WORK="${1:-$(mktemp -d)}"

@@ -105,7 +105,8 @@ DRIVER_KEYS = {
                'max_error_frac': (0.1, 'a stage stops (exit 3) when more Lean checks than this share end in `error`: '
                                        'a broken verifier'),
                'ray_address': ('', 'backend ray: the Ray cluster, e.g. node1:6379 (empty: $RAY_ADDRESS, else auto)'),
-               'workers_per_node': (0, "backend ray: REPLs per Ray node (0: the node's `lean_workers` resource)")},
+               'workers_per_node': (0, "backend ray: REPLs per Ray node (0: the node's `lean_workers` resource)"),
+               'replay': (True, 'replay passing proofs through the kernel (repl, lean); false: NOT replayed')},
     'serve': {'backend': ('local', 'local (this node\'s GPUs) or ray (a Ray cluster started once with `ray start`)'),
               'vllm_bin': ('vllm', 'the vllm command (a path, or a command line; {python} is this Python)'),
               'data_parallel_size': (1, 'engines behind the one endpoint (all nodes together)'),
@@ -114,7 +115,9 @@ DRIVER_KEYS = {
               'seed': (0, 'engine seed (every request carries its own)'), 'generation_config': ('vllm', 'must be vllm (no defaults from the model\'s generation_config.json)'),
               'host': ('127.0.0.1', 'where the server listens'), 'port': (0, 'its port (0: a free one)'),
               'deadline': (1800.0, 'seconds for the model to load'), 'grace': (30.0, 'seconds between SIGTERM and SIGKILL when stopping'),
-              'extra_args': ([], 'further vllm serve flags, e.g. ["--gpu-memory-utilization", "0.85"]')},
+              'extra_args': ([], 'further vllm serve flags, e.g. ["--gpu-memory-utilization", "0.85"]'),
+              'max_num_seqs': (0, 'sequences one engine runs at once (--max-num-seqs; 0: vLLM\'s default)'),
+              'max_in_flight': (0, 'sequences the sampler keeps in flight (0: max_num_seqs x data_parallel_size)')},
     'eta': ETA_KEYS,
 }
 STAGE_DRIVER_KEYS = {'03_average': {'anchor': ('original', 'original (the base model) or previous (the round input)')},
@@ -219,6 +222,8 @@ def load_config(path, # the TOML file
         cfg['run']['env'] = {**{k: v for k, v in ray.items() if v and v != '0'}, **cfg['run']['env']}
     if cfg['paths']['lake']:   # the stage kernels find `lake` through EI_LAKE (ei_nb.lean_backends.lake_executable)
         cfg['run']['env'] = {'EI_LAKE': str(Path(expand(cfg['paths']['lake'], '', path.parent)).absolute()), **cfg['run']['env']}
+    if not cfg['verify']['replay']:   # the stage kernels' verifiers read EI_REPLAY (ei_nb.verify)
+        cfg['run']['env'] = {**cfg['run']['env'], 'EI_REPLAY': '0'}
     return cfg
 
 # %% ../nbs/run/config.ipynb #c5ed1bc9

@@ -7,7 +7,14 @@ from __future__ import annotations
 import json, os, shutil, subprocess, sys, time
 from pathlib import Path
 from .core import BadInput, StageFailed, read_problems, statement_key
-from .config import resolve_paths, served, verifier_params
+from .cli import emit, parser, say
+from .config import SECTIONS, load_config, resolve_paths, serve_params, served, verifier_params
+from .doctor_node import driver_version, gpu_stack_rows, lean_load_rows, replay_rows, torch_cuda
+from .layout import RunLayout
+from .remote_samplers import openai_endpoints, served_models
+from .samplers import DP_FIX, verifier_of
+from .setup_lean import LEAN_TOOLCHAIN, mathlib_olean
+from .vllm_server import serve_settings
 from .doctor_checks import STATUSES, LAKE_FIX, row, check_lake, served_rows, verifier_rows
 from .inputs import check_scored, clean_pool
 from .lean_backends import lake_executable
@@ -18,7 +25,8 @@ from .sandbox import sandbox_check
 # %% auto #0
 __all__ = ['VLLM_RANGE', 'CHECKS', 'Context', 'repl_command', 'run_verifier', 'check_server', 'check_lean', 'model_files',
            'has_chat_template', 'check_model', 'gpus', 'check_gpus', 'check_samplers', 'disk_need', 'check_disk',
-           'check_problems', 'check_cpus', 'check_kernel', 'preflight', 'raise_on_fail', 'table', 'doctor_cli']
+           'check_problems', 'check_cpus', 'check_kernel', 'check_gpu_stack', 'check_lean_load', 'preflight',
+           'raise_on_fail', 'table', 'doctor_cli']
 
 # %% ../nbs/around/doctor.ipynb #aba613fd
 VLLM_RANGE = ('0.11', '1.0')   # tested from / below (setup.py extra `vllm`: vllm>=0.11)
@@ -59,7 +67,6 @@ def _run_env(ctx, key:str) -> str:
 
 def run_verifier(ctx, timeout:float):
     "The `VerifierSettings` the run's stages would use (the doctor's `timeout` for the REPL to import the header)."
-    from ei_nb.samplers import verifier_of
     v = ctx.verifier
     s = verifier_of(v['verify_backend'], v['lean_project'] or None, v['workers'] or None, v['timeout'],
                     [e for e in _run_env(ctx, 'EI_LEAN_SERVER_ENDPOINTS').split(',') if e.strip()] or None,
@@ -76,7 +83,6 @@ def check_server(ctx:Context, timeout:float=900) -> list[dict]:
 
 def _toolchain_rows(ctx, project, fix_setup:str) -> list[dict]:
     "The project's toolchain, the Lean version `lake env` runs, Mathlib's oleans."
-    from ei_nb.setup_lean import LEAN_TOOLCHAIN, mathlib_olean
     tc = Path(project)/'lean-toolchain'
     want, got, olean = tc.read_text().strip() if tc.is_file() else None, _lean_version(project, ctx.paths.get('lake')), mathlib_olean(project)
     return [row('lean toolchain', 'OK' if want == LEAN_TOOLCHAIN else 'FAIL', f'{tc}: {want}', f'the reference protocol is {LEAN_TOOLCHAIN}: {fix_setup}'),
@@ -134,7 +140,7 @@ def check_model(ctx:Context) -> list[dict]:
     if not path: return [row('base model', 'FAIL', 'paths.base_model is not set', 'set paths.base_model to a local model folder')]
     if not Path(path).is_dir():
         if ctx.made_by_run(path): return [row('base model', 'OK', f'{path}: written by the demo stage of this run (checked once it exists)')]
-        return [row('base model', 'FAIL', f'{path}: no such folder', f'huggingface-cli download Goedel-LM/Goedel-Prover-V2-8B --local-dir {path}')]
+        return [row('base model', 'FAIL', f'{path}: no such folder', f'hf download Goedel-LM/Goedel-Prover-V2-8B --local-dir {path}')]
     missing, size = model_files(path)
     if ctx.cfg['run']['prompt_style'] == 'chat' and not has_chat_template(path): missing.append('chat template (prompt_style chat)')
     return [row('base model', 'FAIL' if missing else 'OK', f'{path}: ' + (f'missing {", ".join(missing)}' if missing else f'complete, {_gb(size)} of weights'),
@@ -154,8 +160,6 @@ def gpus() -> list[dict]:
 
 def _need_gpus(ctx:Context) -> int:
     "GPUs this node needs: the managed server's (per node for Ray), or the in-process engine's."
-    from ei_nb.config import serve_params
-    from ei_nb.vllm_server import serve_settings
     st = ctx.cfg['stages']
     need = [st[s].get('tensor_parallel_size', 1) for s in st if st[s].get('sampler') == 'vllm']
     if ctx.served and not ctx.cfg['demo']:   # a demo config's server is the CPU stand-in (configs/demo_served.toml)
@@ -179,8 +183,6 @@ def check_gpus(ctx:Context, found:list[dict]|None=None) -> list[dict]:
 
 def check_samplers(ctx:Context) -> list[dict]:
     from importlib.metadata import version, PackageNotFoundError
-    from ei_nb.config import SECTIONS
-    from ei_nb.samplers import DP_FIX
     rows = [row(f'[{SECTIONS[s]}] sampler vllm', 'FAIL', f"data_parallel_size = {p['data_parallel_size']} in one process", DP_FIX)
             for s, p in ctx.cfg['stages'].items() if p.get('sampler') == 'vllm' and p.get('data_parallel_size', 1) != 1]
     if ctx.served: rows += served_rows(ctx, ctx.served)
@@ -195,7 +197,6 @@ def check_samplers(ctx:Context) -> list[dict]:
         rows.append(row('vllm', 'OK' if ok else 'FAIL', f'vllm {v}' if v else 'vllm is not installed',
                         f"pip install 'ei_nb[vllm]' (supported: >= {VLLM_RANGE[0]}, < {VLLM_RANGE[1]}), or sampler = \"transformers\""))
     if 'openai' in ctx.samplers:
-        from ei_nb.remote_samplers import openai_endpoints, served_models
         eps = openai_endpoints([e for e in (os.environ.get('EI_OPENAI_ENDPOINTS') or ctx.cfg['run']['env'].get('EI_OPENAI_ENDPOINTS', '')).split(',') if e.strip()])
         if not eps: rows.append(row('openai endpoints', 'FAIL', 'sampler openai and no endpoint', 'set EI_OPENAI_ENDPOINTS (run.env) to the vllm serve URLs'))
         base = ctx.paths['base_model']
@@ -285,7 +286,18 @@ def check_kernel(ctx:Context) -> list[dict]:
     except Exception as e: return [row('jupyter kernel', 'FAIL', str(e)[:200], 'python -m ipykernel install --user --name python3')]
 
 # %% ../nbs/around/doctor.ipynb #94eddb8a
-CHECKS = (check_kernel, check_problems, check_model, check_gpus, check_samplers, check_disk, check_cpus, check_lean)
+def check_gpu_stack(ctx:Context) -> list[dict]:
+    "The NVIDIA driver against torch's CUDA and `torch.cuda.is_available()` (`ei_nb.doctor_node`), when the config needs GPUs."
+    need = _need_gpus(ctx)
+    if not need: return [row('gpu stack', 'OK', 'the config needs no GPU: the NVIDIA driver and torch are not checked')]
+    return gpu_stack_rows(need, driver_version(), torch_cuda())
+
+def check_lean_load(ctx:Context) -> list[dict]:
+    "Checking against generation (WARN past 4x), and whether passes are replayed through the kernel."
+    return lean_load_rows(ctx.cfg, RunLayout(ctx.run_dir), ctx.paths) + replay_rows(ctx.cfg, ctx.verifier['verify_backend'])
+
+CHECKS = (check_kernel, check_problems, check_model, check_gpus, check_gpu_stack, check_samplers, check_disk, check_cpus,
+          check_lean_load, check_lean)
 
 def preflight(cfg:dict, # `ei_nb.config.load_config(path)`
               run_dir=None, # the run folder (default runs/NAME, as `ei run`)
@@ -313,8 +325,6 @@ def table(rows:list[dict]) -> str:
 # %% ../nbs/around/doctor.ipynb #8b6aa2e7
 def doctor_cli(argv:list[str]) -> dict:
     "`ei doctor --config FILE [--run-dir DIR] [--no-lean] [--lean-timeout S] [--set SECTION.KEY=VALUE]`"
-    from ei_nb.cli import parser, say, emit
-    from ei_nb.config import load_config
     p = parser('doctor', 'check everything a run needs: one row per check, OK / WARN / FAIL with the fix; exit 3 on any FAIL')
     p.add_argument('--config', required=True, help='TOML run config')
     p.add_argument('--run-dir', help='run folder (default: run.run_dir, else runs/NAME)')

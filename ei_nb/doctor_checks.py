@@ -6,8 +6,12 @@
 from __future__ import annotations
 import json, os, re, shutil, subprocess, time
 from pathlib import Path
-from .core import StageFailed, shared_data
+from .core import StageFailed, read_problems, shared_data
+from .config import serve_params
 from .lean_backends import lake_executable
+from .samplers import plan_prompts
+from .verify import make_verifier
+from .vllm_server import server_command, serve_settings, vllm_command
 
 # %% auto #0
 __all__ = ['STATUSES', 'LAKE_FIX', 'FALSE_PROBLEM', 'GENERATION_FIELDS', 'row', 'check_lake', 'doctor_proofs', 'verifier_rows',
@@ -55,7 +59,6 @@ def verifier_rows(settings, # the run's `VerifierSettings`
                   fix:str, # what to do when a row fails
                  ) -> list[dict]:
     "The run's verifier on `workers` copies of a known proof (pass), a false theorem (fail), and the statement probe."
-    from ei_nb.verify import make_verifier
     prob, proof = doctor_proofs()
     w, b = settings.workers or os.cpu_count() or 1, settings.backend
     try:
@@ -91,14 +94,12 @@ def generation_defaults(model_dir) -> dict:
 
 def longest_prompt(model_dir, problems:list[dict], style:str, max_prompt_frac:float, context:int) -> int:
     "Tokens of the longest prompt a stage keeps (prompts over `max_prompt_frac` of the context are dropped)."
-    from ei_nb.samplers import plan_prompts
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(model_dir)
     kept, _ = plan_prompts(problems, tok, context, style, max_prompt_frac)
     return max((len(tok(p, add_special_tokens=False)['input_ids']) for _, p in kept), default=0)
 
 def _vllm_found(settings) -> tuple[bool, str]:
-    from ei_nb.vllm_server import vllm_command
     argv = vllm_command(settings.vllm_bin)
     exe = shutil.which(argv[0]) if os.sep not in argv[0] else argv[0] if Path(argv[0]).is_file() else None
     files = [a for a in argv[1:] if os.sep in a and not Path(a).exists()]
@@ -107,7 +108,6 @@ def _vllm_found(settings) -> tuple[bool, str]:
 # %% ../nbs/around/doctor_checks.ipynb #82ca6dcb
 def _stage_problems(ctx, stage:str) -> list[dict]|None:
     "The problems a sampling stage prompts with (01: the pool, 04: the scored set), when the files exist."
-    from ei_nb.core import read_problems
     path = {'01_sample_verify': ctx.paths['pool'], '04_eval': ctx.paths['scored']}.get(stage)
     return read_problems(path) if path and Path(path).is_file() else None
 
@@ -137,8 +137,6 @@ def ray_rows(settings) -> list[dict]:
 
 def served_rows(ctx, stages:list[str]) -> list[dict]:
     "The rows of the managed server of the `served` stages."
-    from ei_nb.config import serve_params
-    from ei_nb.vllm_server import server_command, serve_settings
     s = serve_settings(serve_params(ctx.cfg, stages[0], ctx.run_dir))
     ok, what = _vllm_found(s)
     rows = [row('vllm serve', 'OK' if ok else 'FAIL', what, "pip install 'ei_nb[vllm]' so that `vllm` is on the PATH, or set serve.vllm_bin")]

@@ -24,8 +24,10 @@ def _planned_step(sources:Sources, estimator:Estimator, nbs, rnd:int, stage:str,
     step = {'round': rnd, 'stage': stage, 'notebook': '(driver)' if own else str(notebook_path(stage, nbs)),
             'output': str(sources.layout.inputs) if own else str(R.notebook(stage)),
             'params': portable(params, sources.run_dir), 'eta_s': s, 'eta_source': src}
+    if not (m or own) and (bound := estimator.bound(rnd, stage)): step['bound'] = bound   # Lean- or GPU-bound
     if params.get('sampler') == 'served':   # the managed server this step starts, exactly
-        cmd = server_command(params['model_dir'], serve_settings(params['serve']), params['serve'].get('port') or 'PORT')
+        port = params['serve'].get('port') or 'PORT'
+        cmd = server_command(params['model_dir'], serve_settings(params['serve']), port)
         step['server'] = {'command': shlex.join(cmd), 'log': params['serve_log']}
     return step
 
@@ -52,9 +54,16 @@ def print_plan(steps:list[dict], out=None) -> dict:
     for s in steps:
         r = 'final' if s['round'] == FINAL else f"round {s['round']}"
         by_round[r] = by_round.get(r, 0.0) + s['eta_s']; total += s['eta_s']
-        print(f"{r:>8}  {s['stage']:<17} {s['notebook']} -> {s['output']}   ETA {hms(s['eta_s'])} ({s['eta_source']})", file=out)
+        print(f"{r:>8}  {s['stage']:<17} {s['notebook']} -> {s['output']}   ETA {hms(s['eta_s'])} ({s['eta_source']})",
+              file=out)
+        if s.get('bound'): print(f"{'':10}{s['bound']}", file=out)
         kv = ', '.join(f'{k}={v!r}' for k, v in s['params'].items())
-        print(textwrap.indent(textwrap.fill(kv, 118, break_long_words=False, break_on_hyphens=False), ' ' * 10), file=out)
-        if s.get('server'): print(f"{'':10}server: {s['server']['command']}\n{'':10}        (log {s['server']['log']})", file=out)
+        kv = textwrap.fill(kv, 118, break_long_words=False, break_on_hyphens=False)
+        print(textwrap.indent(kv, ' ' * 10), file=out)
+        if s.get('server'):
+            print(f"{'':10}server: {s['server']['command']}\n{'':10}        (log {s['server']['log']})", file=out)
     print(f"   total ETA {hms(total)}: " + ', '.join(f'{k} {hms(v)}' for k, v in by_round.items()), file=out)
-    return {'eta_s': round(total, 1), 'eta': hms(total), 'eta_by_round': {k: hms(v) for k, v in by_round.items()}, 'steps': len(steps)}
+    print('   (estimates: the [eta] seeds until stages finish, then their measured rates)', file=out)
+    return {'eta_s': round(total, 1), 'eta': hms(total), 'eta_by_round': {k: hms(v) for k, v in by_round.items()},
+            'steps': len(steps),
+            'bound': {f"{s['round']}:{s['stage']}": s['bound'].split(':')[0] for s in steps if s.get('bound')}}

@@ -4,12 +4,14 @@
 
 # %% ../nbs/run/eta.ipynb #ee9a7d05
 from __future__ import annotations
+import os
 from pathlib import Path
 from .core import BadInput, SFT_MAX_TOKENS, atomic_write_json, read_json, read_problems
 from .layout import RunLayout, read_stage_json
 
 # %% auto #0
-__all__ = ['DPO_TOKEN_COST', 'ETA_KEYS', 'training_work', 'stage_work', 'model_seconds', 'eta_seconds', 'count_lines', 'hms',
+__all__ = ['DPO_TOKEN_COST', 'ETA_KEYS', 'SAMPLING', 'training_work', 'stage_work', 'lean_workers', 'sampling_parts',
+           'model_seconds', 'lean_rate', 'eta_seconds', 'bound_text', 'count_lines', 'hms', 'measured_lean_s',
            'record_rate', 'planned_sizes', 'Estimator']
 
 # %% ../nbs/run/eta.ipynb #7d8fd489
@@ -20,53 +22,99 @@ def training_work(sft:dict, # the [sft] parameters in force
     "Training tokens of 02 in SFT-token units: SFT rows x epochs, plus DPO pairs x 2 sequences x epochs x 4/3."
     objective = sft.get('objective', 'sft')
     work = P * e['rows_per_problem'] * e['row_tokens'] * sft['epochs'] if objective != 'dpo' else 0.0
-    if objective != 'sft': work += P * sft['pairs_per_problem'] * 2 * e['row_tokens'] * sft['dpo_epochs'] * DPO_TOKEN_COST
+    if objective != 'sft':
+        work += P * sft['pairs_per_problem'] * 2 * e['row_tokens'] * sft['dpo_epochs'] * DPO_TOKEN_COST
     return work
 
 # %% ../nbs/run/eta.ipynb #fc27c34e
-ETA_KEYS = {'r_gen': (1025.0, 'generated tokens/s'), 'T_pool': (5000.0, 'mean completion tokens, pool sampling'),
-            'T_eval': (5700.0, 'mean completion tokens, evaluation'), 'f_code': (0.918, 'fraction of samples with code'),
-            't_v': (3.07, 'verification s per code sample (at the configured workers)'),
+ETA_KEYS = {'r_gen': (11200.0, 'generated tokens/s of the server (seed: 4 H100s, see above)'),
+            'T_pool': (5000.0, 'mean completion tokens, pool sampling'),
+            'T_eval': (5700.0, 'mean completion tokens, evaluation'),
+            'f_code': (0.918, 'fraction of samples with code'),
+            'lean_s': (24.6, 'Lean worker-seconds per checked proof (seed: DESIGN.md, see above)'),
+            'lean_workers': (0, 'Lean workers checking proofs (0: [verify] workers, else the CPU count; a Ray cluster: '
+                                'workers_per_node x nodes)'),
+            't_v': (0.0, 'checking s per code sample at the configured workers (0: lean_s / lean_workers)'),
+            'pool_size': (0, 'pool problems while the pool file is not there yet (0: the selection cap)'),
             'gv_overhead_s': (1008.0, 'tail + engine load of a generate/verify stage'),
             'eval_overhead_s': (1008.0, 'tail of an evaluation'), 'r_tr': (2152.0, 'padded training tokens/s'),
-            'sft_efficiency': (0.9, 'useful fraction of training tokens'), 'row_tokens': (2900.0, 'mean tokens per SFT row'),
+            'sft_efficiency': (0.9, 'useful fraction of training tokens'),
+            'row_tokens': (2900.0, 'mean tokens per SFT row'),
             'rows_per_problem': (2.85, 'SFT rows per selected problem (0.95 solved x 3 kept)'),
-            'save_s_per_40': (198.0, 'checkpoint seconds per 40 micro-steps'), 'micro_tokens': (float(SFT_MAX_TOKENS), 'tokens per micro-step (a packed row)'),
+            'save_s_per_40': (198.0, 'checkpoint seconds per 40 micro-steps'),
+            'micro_tokens': (float(SFT_MAX_TOKENS), 'tokens per micro-step (a packed row)'),
             'export_s': (360.0, 'merge + export'), 'model_bytes': (16.4e9, 'bytes of one checkpoint'),
-            'avg_bytes_per_s': (170e6, 'averaging arithmetic, bytes of output per s'), 'avg_io_s': (540.0, 'averaging I/O'),
+            'avg_bytes_per_s': (170e6, 'averaging arithmetic, bytes of output per s'),
+            'avg_io_s': (540.0, 'averaging I/O'),
             'stage_s': (30.0, 'a stage without model work'), 'demo_s': (60.0, 'the demo data + warm start'),
             'correct_per_problem': (3.5, 'correct pool samples per selected problem (the diagnostic scores them)'),
             'score_speedup': (2.5, 'scoring over training tokens/s: forward only (2 to 3)')}
+SAMPLING = ('00b_conjecture', '01_sample_verify', '01c_correct', '04_eval')   # they generate and check proofs
 
 def stage_work(stage:str, cfg:dict, P:int, N:int, rnd:int=1) -> float:
     "Units of work of a step: samples (01, 04), training tokens (02), output bytes (03), else 1."
     st, e = cfg['stages'], cfg['eta']
     if stage == '01_sample_verify': return P * st['01_sample_verify']['n']
-    if stage == '01c_correct': return P * st['01c_correct']['max_per_problem'] * st['01c_correct']['n']   # at most: every problem has failures
+    if stage == '01c_correct':   # at most: every problem has failures
+        return P * st['01c_correct']['max_per_problem'] * st['01c_correct']['n']
     if stage == '00b_conjecture':   # at most: every conjecture survives its checks and is proved n times
         c = st['00b_conjecture']; return c['n_prompts'] * c['conj_per_prompt'] * (1 + c['n'])
     if stage == '04_eval': return N * st['04_eval']['n']
     if stage == '02_sft': return training_work(st['02_sft'], P, e)
     if stage == '03_average': return e['model_bytes']
-    if stage == '03c_sharpen': return min(P * e['correct_per_problem'], st['03c_sharpen']['max_samples'] or float('inf'))
+    if stage == '03c_sharpen':
+        return min(P * e['correct_per_problem'], st['03c_sharpen']['max_samples'] or float('inf'))
     return 1.0
 
-def model_seconds(stage:str, cfg:dict, work:float) -> float:
-    "Seconds for `work` units of `stage` by the compute model."
-    e, st = cfg['eta'], cfg['stages']
-    if stage in ('00b_conjecture', '01_sample_verify', '01c_correct', '04_eval'):   # sampling and verifying: a conjecture or a correction counts as a pool-length proof
-        T = min(e['T_eval' if stage == '04_eval' else 'T_pool'], st[stage]['max_new_tokens'])
-        return max(work * T / e['r_gen'], work * e['f_code'] * e['t_v']) + e['eval_overhead_s' if stage == '04_eval' else 'gv_overhead_s']
+def lean_workers(cfg:dict) -> int:
+    "The Lean workers checking proofs: `[eta] lean_workers`, else `[verify] workers`, else this machine's CPU count."
+    return int(cfg['eta'].get('lean_workers') or cfg.get('verify', {}).get('workers') or os.cpu_count() or 1)
+
+def sampling_parts(stage:str, cfg:dict, work:float,
+                   lean_s:float|None=None, # measured Lean worker-seconds per checked proof (None: the config's)
+                  ) -> tuple[float, float]:
+    "(generation seconds, Lean worker-seconds) of `work` samples of a sampling stage."
+    e = cfg['eta']
+    T = min(e['T_eval' if stage == '04_eval' else 'T_pool'], cfg['stages'][stage]['max_new_tokens'])
+    per_check = lean_s or (e['t_v'] * lean_workers(cfg) if e.get('t_v') else e['lean_s'])
+    return work * T / e['r_gen'], work * e['f_code'] * per_check
+
+def model_seconds(stage:str, cfg:dict, work:float, lean_s:float|None=None) -> float:
+    "Seconds for `work` units of `stage` by the compute model (`lean_s`: a measured Lean rate)."
+    e = cfg['eta']
+    if stage in SAMPLING:   # generation overlapped with checking; a conjecture or a correction is a pool-length proof
+        gen, lean = sampling_parts(stage, cfg, work, lean_s)
+        return max(gen, lean / lean_workers(cfg)) + e['eval_overhead_s' if stage == '04_eval' else 'gv_overhead_s']
     if stage == '02_sft':
-        return work / (e['r_tr'] * e['sft_efficiency']) + work / (e['sft_efficiency'] * e['micro_tokens']) / 40 * e['save_s_per_40'] + e['export_s']
+        saves = work / (e['sft_efficiency'] * e['micro_tokens']) / 40 * e['save_s_per_40']
+        return work / (e['r_tr'] * e['sft_efficiency']) + saves + e['export_s']
     if stage == '03_average': return work / e['avg_bytes_per_s'] + e['avg_io_s']
-    if stage == '03c_sharpen': return 2 * work * e['row_tokens'] / (e['score_speedup'] * e['r_tr']) + e['stage_s']   # two models score each sample
+    if stage == '03c_sharpen':   # two models score each sample
+        return 2 * work * e['row_tokens'] / (e['score_speedup'] * e['r_tr']) + e['stage_s']
     return e['demo_s'] if stage == 'demo' else e['stage_s']
+
+def lean_rate(rates:dict) -> float|None:
+    "The measured Lean worker-seconds per check of a run's rates (`record_rate`), or None."
+    return (rates.get('lean') or {}).get('worker_s_per_check')
 
 def eta_seconds(stage:str, cfg:dict, work:float, rates:dict) -> tuple[float, str]:
     "(seconds, 'measured' or 'model'): the measured rate of this stage when there is one."
     if (m := rates.get(stage)) and m.get('s_per_unit') is not None: return m['s_per_unit'] * work, 'measured'
-    return model_seconds(stage, cfg, work), 'model'
+    return model_seconds(stage, cfg, work, lean_rate(rates)), 'model'
+
+def _hours(s:float) -> str:
+    if s >= 360: return f'{s/3600:.0f} h' if s >= 36000 else f'{s/3600:.1f} h'
+    return f'{s/60:.0f} min' if s >= 60 else f'{s:.0f} s'
+
+def bound_text(stage:str, cfg:dict, work:float, rates:dict|None=None, wide:int=64) -> str|None:
+    "Which resource bounds a sampling stage, e.g. `Lean-bound: 200 worker-h, 25 h on 8 workers, 3.1 h on 64`."
+    if stage not in SAMPLING or not work: return None
+    gen, lean = sampling_parts(stage, cfg, work, lean_rate(rates or {}))
+    w = lean_workers(cfg); other = wide if w != wide else 8
+    checking = (f'{_hours(lean).replace(" h", " worker-h")}, {_hours(lean / w)} on {w} workers, '
+                f'{_hours(lean / other)} on {other}')
+    if lean / w > gen: return f'Lean-bound: {checking}; generation {_hours(gen)}'
+    return f'GPU-bound: generation {_hours(gen)}; Lean {checking}'
 
 def count_lines(path) -> int|None:
     "Non-blank lines of a JSONL file (records), None when it is not there yet."
@@ -79,30 +127,40 @@ def hms(s:float) -> str:
     s = int(round(s)); return f'{s//3600}:{s%3600//60:02d}:{s%60:02d}'
 
 # %% ../nbs/run/eta.ipynb #3c24d9c8
-def record_rate(rates:dict, # stage -> measured rate (updated in place)
+def measured_lean_s(rec:dict) -> float|None:
+    "Lean worker-seconds per code-bearing sample a finished stage measured (its stage.json timings), or None."
+    d = {**(rec.get('detail') or {}), **(rec.get('headline') or {})}
+    spent, counts = (d.get('timings') or {}).get('verify_work_s'), d.get('verdict_counts') or {}
+    checked = sum(counts.values()) - counts.get('no_code', 0) - counts.get('unchecked', 0)
+    return spent / checked if spent and checked > 0 else None
+
+def record_rate(rates:dict, # stage -> measured rate (updated in place); 'lean': the Lean rate
                 rates_path, # where they are kept (rates.json of the run)
                 stage:str, rnd:int, wall:float,
-                stage_json, # the step's stage.json (its headline's `work`)
+                stage_json, # the step's stage.json (its headline's `work`, its timings)
                ) -> dict|None:
-    "Record the measured seconds per unit of work of a finished step; the entry, or None when there is nothing to learn."
+    "Record the measured seconds per unit of work of a finished step; the entry, or None when there is nothing new."
     rec = read_stage_json(stage_json) or {}
     work = (rec.get('headline') or {}).get('work', 1.0)
     if not work: return None
     rates[stage] = {'s_per_unit': wall / work, 'wall_s': wall, 'work': work, 'round': rnd}
+    if (lean := measured_lean_s(rec)) is not None:
+        rates['lean'] = {'worker_s_per_check': lean, 'stage': stage, 'round': rnd}
     atomic_write_json(rates_path, rates)
     return rates[stage]
 
 # %% ../nbs/run/eta.ipynb #914b4712
 def planned_sizes(paths:dict, cfg:dict) -> tuple[int|None, int|None]:
-    "Pool and scored sizes for the ETA before the run has its inputs (the configured files, else the demo's sizes)."
+    "Pool and scored sizes before the run has its inputs: the configured files, else `[eta] pool_size` or the demo's."
     def n(path, split=''):
         try: return sum(1 for q in read_problems(path) if not split or q['split'] == split)
         except (BadInput, OSError): return None
-    demo = cfg['stages'].get('demo', {})
-    return n(paths['pool']) or demo.get('pool_size'), n(paths['scored'], paths['scored_split']) or demo.get('scored_size')
+    demo, planned = cfg['stages'].get('demo', {}), cfg['eta'].get('pool_size') or None
+    return (n(paths['pool']) or planned or demo.get('pool_size'),
+            n(paths['scored'], paths['scored_split']) or demo.get('scored_size'))
 
 class Estimator:
-    "The ETA of each step of one run: the compute model at the run's sizes, replaced by measured rates as stages finish."
+    "The ETA of each step of one run: the compute model at the run's sizes, then measured rates as stages finish."
     def __init__(self, cfg:dict, # the run's configuration (`ei_nb.config.load_config`)
                  layout:RunLayout, # the run's files
                  paths:dict, # the configured paths, resolved (`ei_nb.config.resolve_paths`)
@@ -125,7 +183,7 @@ class Estimator:
         cap = self.cfg['stages']['00_select']['max_problems']
         sel = count_lines(self.layout.round(rnd).selected) if rnd else None
         P = pool if rnd == 0 else sel if sel is not None else min(cap, pool) if pool else cap
-        if stage == '01_sample_verify' and rnd == 1 and not self.paths['seed_verdicts']: P = 0   # reuses the pool measurement
+        if stage == '01_sample_verify' and rnd == 1 and not self.paths['seed_verdicts']: P = 0   # reuses round 0's
         return stage_work(stage, self.cfg, P if P is not None else cap, N or 244, rnd)
 
     def eta(self, rnd:int, stage:str) -> tuple[float, str]:
@@ -134,6 +192,10 @@ class Estimator:
 
     def eta_text(self, rnd:int, stage:str) -> str:
         s, src = self.eta(rnd, stage); return f'{hms(s)}, {src}'
+
+    def bound(self, rnd:int, stage:str) -> str|None:
+        "Which resource bounds a sampling step (`bound_text`), None for the others."
+        return bound_text(stage, self.cfg, self.work(rnd, stage), self.rates)
 
     def learn(self, stage:str, rnd:int, wall:float, stage_json) -> dict|None:
         "Record the measured rate of a finished step (`record_rate`) for the ETAs after it."

@@ -302,6 +302,8 @@ def write_stage_json(path, # where stage.json goes ('' or None: nowhere)
            'outputs': {k: {'path': str(v), **(digest(v) or {'missing': True})} for k, v in outputs.items() if v},
            'params': _plain(params), 'headline': _plain(headline), 'detail': _plain(detail or {}), 'wall_s': round(float(wall_s), 3),
            'finished': datetime.datetime.now().isoformat(timespec='seconds')}
+    if 'verify_backend' in params and os.environ.get('EI_REPLAY') == '0':   # [verify] replay = false (ei_nb.verify)
+        rec['kernel_replay'] = 'off: passes were NOT replayed through the kernel ([verify] replay = false)'
     if path: atomic_write_json(path, rec)
     return rec
 

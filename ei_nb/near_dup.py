@@ -4,12 +4,16 @@
 
 # %% ../nbs/records/near_dup.ipynb #6fa0da9f
 from __future__ import annotations
-import functools, itertools, re
-from .core import lean_code_only, normalize_ws
+import contextlib, functools, hashlib, itertools, re
+from pathlib import Path
+import numpy as np
+from .core import atomic_write_bytes, content_hash, hash_cache_dir, lean_code_only, normalize_ws, sha256_json
+from .jsonl_scan import statement_keys
 
 # %% auto #0
 __all__ = ['OPEN', 'BIN', 'AC', 'SYM', 'FLIP', 'MAX_RENAMINGS', 'tokens', 'head', 'Parser', 'parse', 'canon', 'conjuncts',
-           'premises', 'binders', 'structural_key']
+           'premises', 'binders', 'structural_key', 'key_digest', 'statement_digests', 'digests_entry', 'file_digests',
+           'write_pool_index', 'pool_index']
 
 # %% ../nbs/records/near_dup.ipynb #6d77ebe3
 _TOK = re.compile(r"\s*(≡|:=|=>|<;>|≤|≥|≠|→|↔|∧|∨|¬|∣|∈|∉|∘|•|∑|∏|∀|∃!|∃|λ|↑|⁻¹|\^|\*|/|\+|-|%|<|>|=|,|:|\(|\)|\[|\]|\{|\}|⟨|⟩|\||!|·|'|\d+(?:\.\d+)?|[^\s:=,()\[\]{}⟨⟩|^*/+\-%<>≤≥≠→↔∧∨¬∣∈∉∘•∑∏∀∃λ↑!·]+)")
@@ -212,3 +216,60 @@ def structural_key(statement:str) -> str|None:
         extra, goal = premises(parse(concl))
         return repr(_least_key(vars_, hyps + [x for h in extra for x in conjuncts(h)], goal))
     except (ValueError, IndexError, KeyError, RecursionError): return None
+
+# %% ../nbs/records/near_dup.ipynb #a1c565b3
+def key_digest(key:str|None) -> int:
+    "A 63-bit digest of a key (never 0); 0 for None (a statement without a structural key)."
+    if key is None: return 0
+    return (int.from_bytes(hashlib.blake2b(key.encode('utf-8'), digest_size=8).digest(), 'little') >> 1) or 1
+
+def statement_digests(records:list) -> np.ndarray:
+    "Per problem record: the digests of its statement key and of its structural key, an int64 array (n, 2)."
+    keys = statement_keys(records)   # in C where the statement is plain
+    out = np.zeros((len(records), 2), np.int64)
+    for i, (r, k) in enumerate(zip(records, keys)):
+        out[i] = key_digest(k), key_digest(structural_key(r['formal_statement']))
+    return out
+
+try: _VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]   # the module's code: a change re-keys
+except NameError: _VERSION = 'notebook'
+
+def digests_entry(path) -> Path|None:
+    "Where the key digests of the problem file `path` are kept (by its content hash); None when it does not exist."
+    h = content_hash(path)
+    return hash_cache_dir()/'near_dup'/f'{sha256_json([h, _VERSION])}.i64' if h else None
+
+def file_digests(path, # a problem file
+                 records:list, # its problem records, in file order (`formal_statement` is read only when not cached)
+                ) -> np.ndarray:
+    "`statement_digests` of the records of `path`: from the cache when the file was keyed before, else keyed now."
+    entry = digests_entry(path)
+    with contextlib.suppress(OSError, ValueError):
+        d = np.frombuffer(entry.read_bytes(), '<i8').reshape(-1, 2)
+        if len(d) == len(records): return d
+    d = statement_digests(records)
+    with contextlib.suppress(OSError): atomic_write_bytes(entry, d.astype('<i8').tobytes())   # none: slower, not wrong
+    return d
+
+def write_pool_index(path, # a problem file, validated
+                     records:list, # its records as `scan_problems` returns them (they know where their lines start)
+                    ) -> bool:
+    "Keep the names of `path` and where each line starts beside its digests, so the next read need not scan it."
+    lines = {id(getattr(r, '_lines', None)) for r in records}
+    if not records or len(lines) != 1 or getattr(records[0], '_lines', None) is None: return False
+    entry = digests_entry(path)
+    with contextlib.suppress(OSError):
+        atomic_write_bytes(entry.with_suffix('.names'), '\n'.join(r.name for r in records).encode('utf-8'))
+        atomic_write_bytes(entry.with_suffix('.starts'), np.asarray(records[0]._lines.starts, '<i8').tobytes())
+        return True
+    return False
+
+def pool_index(path) -> tuple[list[str], np.ndarray, np.ndarray]|None:
+    "(names, line starts, digests) of a pool file indexed before (`write_pool_index`), or None."
+    entry = digests_entry(path)
+    try:
+        names = entry.with_suffix('.names').read_bytes().decode('utf-8').split('\n')
+        starts = np.frombuffer(entry.with_suffix('.starts').read_bytes(), '<i8')
+        digests = np.frombuffer(entry.read_bytes(), '<i8').reshape(-1, 2)
+    except (OSError, ValueError, AttributeError): return None
+    return (names, starts, digests) if len(names) == len(starts) == len(digests) else None

@@ -7,6 +7,11 @@ from __future__ import annotations
 import hashlib, json, re
 from pathlib import Path
 from .core import BadInput, iter_jsonl, read_problems, statement_key, theorem_name, write_records
+from .cli import parser, say
+from .demo import split_lean_file
+from .near_dup import file_digests
+from .policy import precheck
+from .select import decontaminate
 
 # %% auto #0
 __all__ = ['DEFAULT_HEADER', 'NAME_FIELDS', 'read_source', 'normalise', 'statement_ok', 'build_pool', 'pool_cli']
@@ -44,7 +49,6 @@ def normalise(row:dict, # a source row with `formal_statement`, optionally `head
               source:str='', # recorded in the problem's `source`
              ) -> tuple[dict|None, str|None]:
     "`(problem, None)`, or `(None, why)` when the row cannot be a problem record."
-    from ei_nb.demo import split_lean_file
     stmt = row.get('formal_statement')
     if not isinstance(stmt, str) or not stmt.strip(): return None, 'no formal_statement'
     body = re.sub(r':=\s*(?:by\s+)?sorry\s*$', ':= by', stmt.rstrip())
@@ -61,7 +65,6 @@ def normalise(row:dict, # a source row with `formal_statement`, optionally `head
 # %% ../nbs/around/pool.ipynb #961fbc01
 def statement_ok(problem:dict) -> str|None:
     "None when the pre-check accepts the statement with a neutral proof, else its reason."
-    from ei_nb.policy import precheck
     if not theorem_name(problem['formal_statement']): return 'no theorem declared'
     return precheck(problem['formal_statement'].rstrip() + '\n  rfl\n', problem)
 
@@ -83,7 +86,6 @@ def build_pool(sources:list[str], # local files, dataset folders or hub ids
                log=print,
               ) -> tuple[list[dict], dict]:
     "`(problems, counts)`: the pool records and the count after every step."
-    from ei_nb.select import decontaminate
     counts, rows = {'read': 0, 'normalised': 0, 'statement_ok': 0, 'unique': 0, 'not_protected': 0, 'sampled': 0}, []
     dropped = {}
     for src in sources:
@@ -119,7 +121,6 @@ def build_pool(sources:list[str], # local files, dataset folders or hub ids
 # %% ../nbs/around/pool.ipynb #2257d8a1
 def pool_cli(argv:list[str]) -> dict:
     "`ei pool --source PATH_OR_HUB_ID [--source ...] --out FILE [--protected FILE ...] [--n N] [--seed S]`"
-    from ei_nb.cli import parser, say
     p = parser('pool', 'build the training pool from public statement sets: normalise, pre-check, de-duplicate, decontaminate, sample')
     p.add_argument('--source', action='append', required=True, help='local .jsonl/.json/.parquet, a dataset folder, or a hub id (ID or ID:SPLIT); repeatable')
     p.add_argument('--out', required=True, help='problem records to write (JSONL)')
@@ -132,5 +133,6 @@ def pool_cli(argv:list[str]) -> dict:
     rows, counts = build_pool(a.source, a.protected, a.n, a.seed, log=say)
     if not rows: raise BadInput('pool: no problem left after filtering')
     write_records(a.out, rows, 'problem')
+    file_digests(a.out, rows)   # its statement and near-duplicate keys, once: `ei select` reads them from the cache
     say(f'pool: wrote {len(rows)} problems to {a.out}')
     return {'out': a.out, **counts}

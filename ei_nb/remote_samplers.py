@@ -157,13 +157,16 @@ class ServedSampler:
 
     def generate(self, prompts:list[str], params:SampleParams, seeds:list[int]) -> list[list[dict]]:
         if self.server is None: self._serve()
+        if 'concurrency' not in self.client_kw:   # enough requests to fill every engine's batch (`ServeSettings.in_flight`)
+            self.client.workers = self.settings.requests_in_flight(params.n)
         return with_restart(self.server, lambda: self.client.generate(prompts, params, seeds), f'a chunk of {len(prompts)} prompts')
 
     def record(self) -> dict:
         "What the stage's `stage.json` says about its server: the command, the log, the restarts, the start-up time."
         s = self.server
         return {'command': shlex.join(s.command) if s else None, 'log': str(self.log_path), 'restarts': s.restarts if s else 0,
-                'started_s': round(s.started_s, 1) if s and s.started_s else None}
+                'started_s': round(s.started_s, 1) if s and s.started_s else None,
+                'requests_in_flight': self.client.workers if self.client else None}
 
 # %% ../nbs/sampling/remote_samplers.ipynb #005328dc
 @contextlib.contextmanager

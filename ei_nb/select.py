@@ -5,16 +5,19 @@
 # %% ../nbs/00_select.ipynb #2ece7f7f
 from __future__ import annotations
 import hashlib
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 import numpy as np
-from .core import BadInput, DataStop, check_output, read_problems, statement_key, write_records
-from .near_dup import structural_key
+from .core import (BadInput, DataStop, atomic_write_bytes, check_output, decode_line, iter_jsonl, jsonl_bytes,
+                        read_problems, statement_key, write_records)
+from .jsonl_scan import scan_problems, statement_keys
+from .near_dup import file_digests, key_digest, pool_index, statement_digests, structural_key, write_pool_index
 from .eval import ProblemCounts, counts_of, problem_counts, verdict_counts
 
 # %% auto #0
-__all__ = ['pass_rates', 'sampled_by', 'measurement_sources', 'merge_measurements', 'protected_index', 'decontaminate',
-           'select_problems', 'plot_band', 'read_pool', 'run_select', 'select_cli']
+__all__ = ['pass_rates', 'sampled_by', 'measurement_sources', 'merge_measurements', 'protected_index', 'IndexedPool', 'KeyedPool',
+           'decontaminate', 'select_problems', 'plot_band', 'read_pool', 'run_select', 'select_cli']
 
 # %% ../nbs/00_select.ipynb #27c1ab7b
 def pass_rates(verdicts:pd.DataFrame) -> pd.DataFrame:
@@ -40,7 +43,6 @@ def merge_measurements(results_path, # the older measurement (verdict records)
                        newer_paths, # verdict files, oldest first: each replaces the verdicts of the problems it holds
                        out_path) -> Path:
     "Write the latest verdicts per problem to `out_path` atomically: each newer file's for its problems, the older ones for the rest."
-    from ei_nb.core import iter_jsonl, jsonl_bytes, atomic_write_bytes
     rows = [r for _, r in iter_jsonl(results_path)]
     for newer in newer_paths:
         new = [r for _, r in iter_jsonl(newer)]
@@ -50,24 +52,71 @@ def merge_measurements(results_path, # the older measurement (verdict records)
     return Path(out_path)
 
 # %% ../nbs/00_select.ipynb #baeb1aa1
-def protected_index(protected:list[dict]) -> tuple[set, set, set]:
-    "Names, statement keys and structural keys (`ei_nb.near_dup`) of the protected problems."
+def protected_index(protected:list[dict]) -> tuple[set, set, set, set]:
+    "Names, statement keys, structural-key digests and statement-key digests (`ei_nb.near_dup`) of the protected problems."
     stmts = [p['formal_statement'] for p in protected]
-    return {p['name'] for p in protected}, {statement_key(s) for s in stmts}, {k for s in stmts if (k := structural_key(s)) is not None}
+    keys = {statement_key(s) for s in stmts}
+    return {p['name'] for p in protected}, keys, {d for s in stmts if (d := key_digest(structural_key(s)))}, set(map(key_digest, keys))
 
 def _leaks(statement:str, key:str, index:tuple) -> bool:
     "Whether `statement` (its statement key `key`) is protected: the same key, or a structural near-duplicate."
-    return key in index[1] or ((k := structural_key(statement)) is not None and k in index[2])
+    return key in index[1] or key_digest(structural_key(statement)) in index[2]
+
+class IndexedPool(Sequence):
+    "A pool file read through its cached index (`ei_nb.near_dup.pool_index`): names and key digests at hand, a record "
+    "decoded from its line when asked; `extra` records (other files) after the file's."
+    def __init__(self, path, names:list, starts, digests, extra:list=()):
+        self.path, self.names, self.starts, self.digests = Path(path), list(names), starts, digests
+        self.extra = list(extra)
+        self.n_file = len(starts)
+        if self.extra:
+            self.names += [p['name'] for p in self.extra]
+            self.digests = np.concatenate([digests, statement_digests(self.extra)])
+    def __len__(self): return len(self.names)
+    def __getitem__(self, i):
+        if isinstance(i, slice): return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0: i += len(self)
+        if i >= self.n_file: return self.extra[i - self.n_file]
+        with open(self.path, 'rb') as f: f.seek(int(self.starts[i])); return decode_line(f.readline(), self.path, i + 1)
+
+class _ByName(Mapping):
+    "The records of a pool by name, each read only when looked up; `only`: the names that can be looked up (all: None)."
+    def __init__(self, pool, names:list, only=None):
+        self.pool = pool
+        if only is None: self.row = dict(zip(names, range(len(names))))
+        else: self.row = {n: i for i, n in enumerate(names) if n in only}
+    def __getitem__(self, n): return self.pool[self.row[n]]
+    def __contains__(self, n): return n in self.row
+    def __iter__(self): return iter(self.row)
+    def __len__(self): return len(self.row)
+    def keys(self): return self.row.keys()
+
+class KeyedPool(list):
+    "Problem records with the key digests of each (`ei_nb.near_dup.file_digests`): what `read_pool` returns."
+    def __init__(self, records, digests): super().__init__(records); self.digests = digests
+
+def _leaked_rows(pool:list, rows:list[int], index:tuple) -> set[int]:
+    "The rows of `pool` whose statement key or structural key is protected (by the pool's cached digests if it has them)."
+    ds = getattr(pool, 'digests', None)
+    if ds is not None:   # a pool read keyed: two array look-ups, no statement decoded
+        r = np.asarray(rows, np.int64)
+        hit = np.isin(ds[r, 0], np.fromiter(index[3], np.int64)) | np.isin(ds[r, 1], np.fromiter(index[2], np.int64))
+        return set(r[hit].tolist())
+    keys = statement_keys([pool[i] for i in rows])   # keyed in C where the statement is plain
+    return {i for i, key in zip(rows, keys) if _leaks(pool[i]['formal_statement'], key, index)}
+
 
 def _removed(pool:list[dict], pool_names:list[str],
-             index:tuple[set, set, set], # `protected_index` of the protected problems
-             candidates:set|None) -> set[int]:
-    "Indices into `pool` (whose names are `pool_names`) of the problems whose name, statement key or structural key is protected; only candidates are keyed."
-    from ei_nb.jsonl_scan import statement_keys
+             index:tuple, # `protected_index` of the protected problems
+             candidates:set|None,
+             rows:dict|None=None, # name -> index of at least every candidate (None: found by a pass over the names)
+            ) -> set[int]:
+    "Indices into `pool` (whose names are `pool_names`) of the problems whose name, statement key or structural key is "
+    "protected; only candidates are keyed."
     names = index[0]
-    keyed = [i for i, n in enumerate(pool_names) if n not in names and (candidates is None or n in candidates)]
-    leaked = {i for i, key in zip(keyed, statement_keys([pool[i] for i in keyed]))   # keyed in C where the statement is plain
-              if _leaks(pool[i]['formal_statement'], key, index)}
+    if candidates is not None and rows is not None: keyed = [rows[n] for n in candidates if n in rows and n not in names]
+    else: keyed = [i for i, n in enumerate(pool_names) if n not in names and (candidates is None or n in candidates)]
+    leaked = _leaked_rows(pool, keyed, index)
     return {i for i, n in enumerate(pool_names) if n in names} | leaked
 
 def decontaminate(pool:list[dict], protected:list[dict],
@@ -82,7 +131,7 @@ def _rank(seed:int, name:str) -> bytes: return hashlib.sha256(f'{seed}:{name}'.e
 
 def _first_clean_zeros(by_name:dict, # the pool's records by name
                        rate:dict,
-                       index:tuple[set, set, set], # `protected_index` of the protected problems
+                       index:tuple, # `protected_index` of the protected problems
                        max_zero:int, seed:int) -> set:
     "The p = 0 problems keyed for selection: in rank order, until `max_zero` of them are not protected (those keyed and found protected included)."
     if max_zero <= 0: return set()
@@ -122,11 +171,11 @@ def select_problems(pool:list[dict], # problem records of the training pool
     rate = dict(zip(measured_names, counts.pass_rate.tolist()))
     band = {n for n, p in rate.items() if lo < p <= hi}
     band -= set(held_back)
-    pool_names = [p['name'] for p in pool]   # once: a scanned pool's records are looked up by name here only
-    by_name = dict(zip(pool_names, pool))
+    pool_names = getattr(pool, 'names', None) or [p['name'] for p in pool]   # an indexed pool knows its names
+    by_name = _ByName(pool, pool_names, rate)   # the measured ones, each read only when it is looked up
     index = protected_index(protected)   # the protected statements keyed once, for the zeros and the candidates
     zeros = _first_clean_zeros(by_name, rate, index, max_zero if include_zero else 0, seed)
-    removed = _removed(pool, pool_names, index, band | zeros)
+    removed = _removed(pool, pool_names, index, band | zeros, by_name.row)
     kept_names = [n for i, n in enumerate(pool_names) if i not in removed] if removed else pool_names
     ranked = partial(_rank, seed)   # ranked: candidates only
     in_band = [n for n in kept_names if n in band]
@@ -162,9 +211,19 @@ def plot_band(table:pd.DataFrame, summary:dict, lo:float=0.0, hi:float=0.75, n_b
 
 # %% ../nbs/00_select.ipynb #0db55d60
 def read_pool(pool_path, extra_pool_paths=()) -> list:
-    "The pool's problem records and those of the extra files; `BadInput` for a name twice across them."
-    from ei_nb.jsonl_scan import scan_problems
+    "The pool's problem records and those of the extra files, keyed (`KeyedPool`, or `IndexedPool` when the file was "
+    "read before); `BadInput` for a name twice across them."
+    if (index := pool_index(pool_path)) is not None:   # read before: names, line starts, digests from the cache
+        names, extras = set(index[0]) if extra_pool_paths else set(), []
+        for path in extra_pool_paths:
+            extra = read_problems(path, required=False)
+            if (twice := next((p['name'] for p in extra if p['name'] in names), None)):
+                raise BadInput(f'{path}: problem {twice!r} is already in the pool')
+            extras, names = extras + extra, names | {p['name'] for p in extra}
+        return IndexedPool(pool_path, *index, extras)
     pool = scan_problems(pool_path) or read_problems(pool_path)   # checked in C; a statement is decoded only where it is read
+    digests = file_digests(pool_path, pool)   # the pool file's structural keys: computed once, then read from the cache
+    write_pool_index(pool_path, pool)          # and its names and lines: the next read needs no scan
     if extra_pool_paths:
         names = {p['name'] for p in pool}
         for path in extra_pool_paths:
@@ -172,7 +231,8 @@ def read_pool(pool_path, extra_pool_paths=()) -> list:
             if (twice := next((p['name'] for p in extra if p['name'] in names), None)):
                 raise BadInput(f'{path}: problem {twice!r} is already in the pool')
             pool, names = list(pool) + extra, names | {p['name'] for p in extra}
-    return pool
+            digests = np.concatenate([digests, statement_digests(extra)])
+    return KeyedPool(pool, digests)
 
 def run_select(pool_path, results_path, out_path, protected_paths=(), lo=0.0, hi=0.75, include_zero=False,
                max_zero=100, max_problems=300, seed=0,

@@ -7,15 +7,20 @@ from __future__ import annotations
 import json, os, shlex, shutil, subprocess, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
-from .core import BadInput, StageFailed
+from .core import BadInput, StageFailed, atomic_write_text
+from .cli import parser, say
+from .lean_backends import Repl, lake_executable
+from .lean_replay import REPLAY_FILES, replay_binary, replay_dir, replay_sources
+from .lean_reply import LeanError, judge, with_axioms
 from .sandbox import sandbox_check, write_wrapper
 
 # %% auto #0
 __all__ = ['LEAN_TOOLCHAIN', 'MATHLIB_URL', 'MATHLIB_COMMIT', 'REPL_URL', 'REPL_TAG', 'REPL_FLUSH_COMMIT', 'REPL_TAG_TREE',
            'REPL_TREE', 'MATHLIB_FILES', 'MATHLIB_CPU_HOURS', 'ELAN_INIT', 'CHECK_HEADER', 'CHECK_THEOREM',
-           'CACHE_TRIED', 'CACHE_MISS', 'KIMINA_PORT', 'toolchain_dir', 'elan_home', 'mathlib_olean', 'repl_binary',
-           'Step', 'repl_state', 'plan_setup', 'replay_step', 'axioms_report', 'lean_selfcheck', 'build_estimate',
-           'setup_lean', 'kimina_env', 'read_env_file', 'write_kimina_env', 'kimina_instructions', 'setup_lean_cli']
+           'CACHE_TRIED', 'CACHE_MISS', 'REPLAY_FAILED', 'KIMINA_PORT', 'KIMINA_REPL_USES', 'toolchain_dir',
+           'elan_home', 'mathlib_olean', 'repl_binary', 'Step', 'repl_state', 'plan_setup', 'replay_step',
+           'axioms_report', 'lean_selfcheck', 'build_estimate', 'setup_lean', 'kimina_env', 'read_env_file',
+           'write_kimina_env', 'kimina_instructions', 'setup_lean_cli']
 
 # %% ../nbs/around/setup_lean.ipynb #fe1d3521
 LEAN_TOOLCHAIN = 'leanprover/lean4:v4.9.0-rc1'
@@ -140,14 +145,18 @@ def plan_setup(project, # the Mathlib project folder (the config's `paths.lean_p
     ]
 
 # %% ../nbs/around/setup_lean.ipynb #ae0eb56a
+REPLAY_FAILED = ('the replay tool did not build: the rest of the set-up is kept, but a Lean back-end with the replay on '
+                 'ends every pass in `error` (no replay tool). Fix the build and rerun `ei setup-lean` (this step alone '
+                 'runs again), or set `[verify] replay = false` in the run config: passes are then NOT replayed through '
+                 'the kernel, and stage.json, the report and `ei doctor` say so')
+
 def replay_step(repl_dir) -> Step:
-    "The step that builds the kernel replay tool beside the REPL, at the REPL's toolchain."
-    from ei_nb.lean_replay import REPLAY_FILES, replay_binary, replay_dir, replay_sources
+    "The step that builds the kernel replay tool beside the REPL, at the REPL's toolchain: its failure stops nothing."
     src, d = replay_sources(), replay_dir(Path(repl_dir).absolute())
     same = lambda: all((d/f).is_file() and (d/f).read_bytes() == (src/f).read_bytes() for f in REPLAY_FILES)
     return Step('replay-build', lambda: same() and _built(replay_binary(d), d/'EiReplay.lean'),
                 [(['mkdir', '-p', str(d)], None), (['cp', *(str(src/f) for f in REPLAY_FILES), str(d)], None), (['lake', 'build'], d)],
-                f'ei-replay, the kernel replay of what a proof added, built at {d}')
+                f'ei-replay, the kernel replay of what a proof added, built at {d}', may_fail=REPLAY_FAILED)
 
 # %% ../nbs/around/setup_lean.ipynb #816d8152
 def axioms_report(reply:dict, name:str='t') -> str|None:
@@ -161,8 +170,6 @@ def lean_selfcheck(repl_cmd:list, # the REPL command, e.g. ['lake', 'env', '/abs
                    timeout:float=600, # seconds for the import and the proof (importing Mathlib takes a while)
                   ) -> dict:
     "Prove `CHECK_THEOREM` through the REPL: `{verdict, reason, reply, axioms, seconds}`; never raises for Lean's faults."
-    from ei_nb.lean_backends import Repl
-    from ei_nb.lean_reply import LeanError, judge, with_axioms
     repl, t0 = Repl(repl_cmd, cwd=str(project), mem_mb=None), time.monotonic()
     try:
         reply = repl.run(CHECK_HEADER, with_axioms(CHECK_THEOREM, 't'), timeout, timeout)
@@ -219,8 +226,11 @@ def _run(argv:list, cwd, env:dict, log, step:Step|None=None):
         log(f"setup-lean: {build_estimate(os.cpu_count() or 1)}; its output: {Path(cwd)/'.lake'/'ei-build.log'}")
         rc = _run_logged(argv, cwd, env, log, Path(cwd)/'.lake'/'ei-build.log')
     else: rc = _run_echoed(argv, cwd, env, log)
-    if rc and step is not None and step.may_fail: log(f'setup-lean: {shlex.join(argv)} failed (exit {rc}): {step.may_fail}'); return
-    if rc: raise StageFailed(f'{shlex.join(argv)} failed with exit {rc}' + ('; rerun `ei setup-lean` to resume the build' if step and step.progress else ''))
+    if rc and step is not None and step.may_fail:
+        log(f'setup-lean: {shlex.join(argv)} failed (exit {rc}): {step.may_fail}'); return rc
+    if rc: raise StageFailed(f'{shlex.join(argv)} failed with exit {rc}'
+                             + ('; rerun `ei setup-lean` to resume the build' if step and step.progress else ''))
+    return 0
 
 def _steps(steps:list[Step], env:dict, log, run, dry_run:bool) -> dict:
     "Skip the steps that are done, run (or, dry, print) the others; what became of each."
@@ -231,7 +241,7 @@ def _steps(steps:list[Step], env:dict, log, run, dry_run:bool) -> dict:
         log(f'setup-lean: {s.name}: {"would run" if dry_run else "running"} ({s.why})')
         for argv, cwd in s.cmds:
             if dry_run: log(f"  $ {'cd ' + shlex.quote(str(cwd)) + ' && ' if cwd else ''}{shlex.join(argv)}")
-            else: run(argv, cwd, env, log, s)
+            elif run(argv, cwd, env, log, s): out[s.name] = 'failed'; break   # a step that may fail: the others go on
         if s.may_fail and dry_run: log(f'  (a failure here is {s.may_fail})')
         if s.marker and not dry_run: s.marker.parent.mkdir(parents=True, exist_ok=True); s.marker.touch()
     return out
@@ -247,8 +257,6 @@ def setup_lean(project='lean/mathlib4', # the Mathlib project (paths.lean_projec
                repl_trees:tuple=(REPL_TAG_TREE, REPL_TREE), # the expected trees of the REPL checkout (tag, patched)
               ) -> dict:
     "Install or check Lean, Mathlib and the REPL, then prove `CHECK_THEOREM` through the REPL."
-    from ei_nb.cli import say
-    from ei_nb.lean_backends import lake_executable
     log, elan = log or say, Path(elan or elan_home())
     project = Path(project).absolute()
     repl_dir = Path(repl_dir).absolute() if repl_dir else project.parent/'repl'
@@ -268,20 +276,23 @@ def setup_lean(project='lean/mathlib4', # the Mathlib project (paths.lean_projec
     log(f"setup-lean: axioms: {check['axioms']}")
     result['selfcheck'] = check
     if check['verdict'] != 'pass': raise StageFailed(f"self-check failed: {check['reason']}")
+    if steps.get('replay-build') == 'failed': log(f'setup-lean: NOT ready for the kernel replay: {REPLAY_FAILED}')
     log(f'setup-lean: ready. `lake` is {lake}: elan put it on the PATH of new login shells only, so in this shell run '
         f'`export PATH={Path(lake).parent}:$PATH` (or set paths.lake = "{lake}" in the run config); for `ei run` with backend repl: '
         f'export EI_REPL_BIN={binary}')
     return result
 
-# %% ../nbs/around/setup_lean.ipynb #71074fd0
+# %% ../nbs/around/setup_lean.ipynb #bb3be9b8
 KIMINA_PORT = 12332   # not 8000: the default port of both vLLM and kimina-lean-server
+KIMINA_REPL_USES = 100   # a REPL is restarted after this many checks, as the local pool's (ei_nb.lean_backends.Repl)
 
 def kimina_env(project, repl_dir, lake, port:int=KIMINA_PORT, api_key:str|None=None) -> dict:
     "The `LEAN_SERVER_*` environment that runs kimina-lean-server on the REPL and Mathlib of `ei setup-lean`."
     import secrets
     return {'LEAN_SERVER_REPL_PATH': str(repl_binary(Path(repl_dir).absolute())), 'LEAN_SERVER_PROJECT_DIR': str(Path(project).absolute()),
             'LEAN_SERVER_HOST': '0.0.0.0', 'LEAN_SERVER_PORT': str(port), 'LEAN_SERVER_API_KEY': api_key or secrets.token_urlsafe(24),
-            'LEAN_SERVER_LEAN_VERSION': LEAN_TOOLCHAIN.split(':')[1], 'PATH': f'{Path(lake).parent}:$PATH'}
+            'LEAN_SERVER_LEAN_VERSION': LEAN_TOOLCHAIN.split(':')[1], 'PATH': f'{Path(lake).parent}:$PATH',
+            'LEAN_SERVER_MAX_REPL_USES': str(KIMINA_REPL_USES)}
 
 def read_env_file(path) -> dict:
     "`KEY=VALUE` lines of a file (none when it does not exist)."
@@ -291,7 +302,6 @@ def read_env_file(path) -> dict:
 
 def write_kimina_env(path, env:dict) -> Path:
     "Write `env` as a shell-sourceable file (`set -a; . FILE; set +a`), atomically; an API key already there is kept."
-    from ei_nb.core import atomic_write_text
     env = {**env, 'LEAN_SERVER_API_KEY': read_env_file(path).get('LEAN_SERVER_API_KEY') or env['LEAN_SERVER_API_KEY']}
     atomic_write_text(path, '# kimina-lean-server with the REPL and Mathlib of `ei setup-lean` (written by ei setup-lean --kimina)\n'
                       + ''.join(f'{k}={v}\n' for k, v in env.items()))
@@ -302,15 +312,15 @@ def kimina_instructions(env_path, env:dict) -> str:
     return '\n'.join([
         'kimina-lean-server (on each checking node; not on PyPI: from a checkout, with its server dependencies):',
         '  git clone https://github.com/project-numina/kimina-lean-server && cd kimina-lean-server && pip install -e ".[server]"',
+        '  prisma generate   # its database client: `python -m server` does not start without it',
         "  (do not run its setup.sh: it builds upstream Mathlib and, for v4.9.0-rc1, skips the REPL's stdout flush)",
         f'  set -a; . {env_path}; set +a; python -m server',
         f"then on the node that runs `ei run`: export EI_LEAN_SERVER_KEY={env['LEAN_SERVER_API_KEY']} and "
         f"EI_LEAN_SERVER_ENDPOINTS=http://NODE:{env['LEAN_SERVER_PORT']} (one URL per node, comma-separated); `ei doctor` checks them"])
 
-# %% ../nbs/around/setup_lean.ipynb #0ca87167
+# %% ../nbs/around/setup_lean.ipynb #7d87412d
 def setup_lean_cli(argv:list[str]) -> dict:
     "`ei setup-lean [--project DIR] [--repl-dir DIR] [--dry-run] [--timeout S] [--kimina [--kimina-port P]]`"
-    from ei_nb.cli import parser
     p = parser('setup-lean', f'install or check Lean {LEAN_TOOLCHAIN}, the reference Mathlib and the REPL (with its stdout flush), then prove 2 + 2 = 4 through the REPL')
     p.add_argument('--project', default='lean/mathlib4', help='the Mathlib project folder (paths.lean_project of the config)')
     p.add_argument('--repl-dir', help='where the REPL is cloned and built (default: repl/ next to the project)')
@@ -326,7 +336,6 @@ def setup_lean_cli(argv:list[str]) -> dict:
     res['sandbox'] = sb = sandbox_check()    # issue 36: every Lean process runs in bubblewrap (ei_nb.sandbox)
     print(f"setup-lean: sandbox {sb['status']}: {sb['detail']}" + (f"; fix: {sb['fix']}" if sb['fix'] else ''), file=sys.stderr)
     if not a.kimina: return res
-    from ei_nb.cli import say
     env = kimina_env(res['project'], res['repl_dir'], res['lake'], a.kimina_port)
     if not a.dry_run:   # kimina's REPLs in the sandbox: `lake env WRAPPER` (ei_nb.sandbox.write_wrapper)
         wrapper = write_wrapper(Path(res['repl_dir'])/'ei-sandboxed-repl', env['LEAN_SERVER_REPL_PATH'], res['project'])

@@ -167,6 +167,8 @@ def make_verifier(settings='none',     # a `VerifierSettings`, a dict of setting
 def _replay_pool(s:VerifierSettings, backend, policy:dict, pickles=None) -> ReplayPool|None:
     "The replay tools of a back-end that can hand over what a proof added (None, said on stderr: passes go unreplayed)."
     if not s.replay or backend is None: return None
+    if os.environ.get('EI_REPLAY') == '0':   # [verify] replay = false (ei_nb.config puts it in the stage kernels' env)
+        say('verify: [verify] replay = false: passes are NOT replayed through the kernel'); return None
     if not getattr(backend, 'pickles', None):
         say(f'verify: back-end {s.backend!r} cannot hand over the environment a proof built: its passes are NOT '
             'replayed through the kernel')

@@ -10,14 +10,18 @@ from pathlib import Path
 from .core import BadInput, StageFailed
 
 # %% auto #0
-__all__ = ['SERVE_BACKENDS', 'MANAGED_FLAGS', 'ServeSettings', 'serve_settings', 'vllm_command', 'server_command', 'free_port',
-           'log_tail', 'http_get', 'serves_model', 'wait_ready', 'start_process', 'group_members', 'stop_process',
-           'ManagedServer', 'vllm_server', 'with_restart']
+__all__ = ['SERVE_BACKENDS', 'MANAGED_FLAGS', 'VLLM_MAX_NUM_SEQS', 'ServeSettings', 'serve_settings', 'vllm_command',
+           'server_command', 'free_port', 'log_tail', 'http_get', 'serves_model', 'wait_ready', 'start_process',
+           'group_members', 'stop_process', 'ManagedServer', 'ray_leftovers', 'ray_cleanup', 'vllm_server',
+           'with_restart']
 
 # %% ../nbs/sampling/vllm_server.ipynb #3b84690d
 SERVE_BACKENDS = ('local', 'ray')
-MANAGED_FLAGS = ('--host', '--port', '--data-parallel-size', '-dp', '--tensor-parallel-size', '-tp', '--seed', '--generation-config',
-                 '--max-model-len', '--data-parallel-backend', '-dpb', '--data-parallel-size-local', '-dpl', '--served-model-name')
+MANAGED_FLAGS = ('--host', '--port', '--data-parallel-size', '-dp', '--tensor-parallel-size', '-tp', '--seed',
+                 '--generation-config', '--max-model-len', '--data-parallel-backend', '-dpb', '--data-parallel-size-local',
+                 '-dpl', '--served-model-name', '--max-num-seqs')
+VLLM_MAX_NUM_SEQS = 256   # vLLM's `vllm serve` default below 70 GiB of GPU memory (1024 on H100/H200-class GPUs, not
+                          # A100): `EngineArgs.get_batch_defaults`, vllm/engine/arg_utils.py; the client assumes the smaller
 
 @dataclass(frozen=True)
 class ServeSettings:
@@ -35,9 +39,14 @@ class ServeSettings:
     deadline:float=1800 # seconds for the model to load and `/v1/models` to name it
     grace:float=30 # seconds between SIGTERM and SIGKILL when stopping
     extra_args:tuple=() # further `vllm serve` flags, e.g. ('--gpu-memory-utilization', '0.85')
+    max_num_seqs:int=0 # sequences one engine runs at once (`--max-num-seqs`); 0: vLLM's default (see VLLM_MAX_NUM_SEQS)
+    max_in_flight:int=0 # sequences the sampler keeps in flight (requests x n); 0: max_num_seqs x data_parallel_size
 
     def __post_init__(self):
         if self.backend not in SERVE_BACKENDS: raise BadInput(f"serve.backend: {self.backend!r} is not 'local' or 'ray'")
+        for k in ('max_num_seqs', 'max_in_flight'):
+            if not isinstance(getattr(self, k), int) or getattr(self, k) < 0:
+                raise BadInput(f'serve.{k}: must be an integer >= 0 (0: the default), not {getattr(self, k)!r}')
         for k in ('data_parallel_size', 'tensor_parallel_size'):
             if not isinstance(getattr(self, k), int) or getattr(self, k) < 1: raise BadInput(f'serve.{k}: must be an integer >= 1, not {getattr(self, k)!r}')
         if self.backend == 'ray' and not self.data_parallel_size_local:
@@ -52,7 +61,16 @@ class ServeSettings:
                            "field from the model's generation_config.json and samples from another distribution than the other samplers")
 
     @property
-    def gpus(self) -> int: return self.tensor_parallel_size * (self.data_parallel_size_local or self.data_parallel_size)  # on this node
+    def gpus(self) -> int:   # on this node
+        return self.tensor_parallel_size * (self.data_parallel_size_local or self.data_parallel_size)
+    @property
+    def in_flight(self) -> int:
+        "Sequences the sampler keeps in flight: enough to fill every engine's batch."
+        return self.max_in_flight or (self.max_num_seqs or VLLM_MAX_NUM_SEQS) * self.data_parallel_size
+
+    def requests_in_flight(self, n:int) -> int:
+        "Requests in flight when each asks for `n` samples (at least one)."
+        return max(1, -(-self.in_flight // max(1, n)))
 
 def serve_settings(section:dict|None, # the config's `[serve]` table (or a stage's `serve` parameter)
                   ) -> ServeSettings:
@@ -78,6 +96,7 @@ def server_command(model_dir, # the model folder to serve (made absolute: `/v1/m
            '--data-parallel-size', str(s.data_parallel_size), '--tensor-parallel-size', str(s.tensor_parallel_size),
            '--seed', str(s.seed), '--generation-config', s.generation_config]
     if s.max_model_len: cmd += ['--max-model-len', str(s.max_model_len)]
+    if s.max_num_seqs: cmd += ['--max-num-seqs', str(s.max_num_seqs)]
     if s.backend == 'ray': cmd += ['--data-parallel-backend', 'ray', '--data-parallel-size-local', str(s.data_parallel_size_local)]
     return cmd + list(s.extra_args)
 
@@ -186,6 +205,7 @@ class ManagedServer:
     def __init__(self, model_dir, settings:ServeSettings=ServeSettings(), log_path='vllm_serve.log', log=_quiet):
         self.model_dir, self.s, self.log_path, self.log = Path(model_dir).absolute(), settings, Path(log_path), log
         self.port, self.proc, self.restarts, self.started_s = None, None, 0, None
+        self._ray_checked = None   # the server process whose Ray leftovers were removed
 
     @property
     def url(self) -> str: return f'http://{self.s.host}:{self.port}'
@@ -210,7 +230,10 @@ class ManagedServer:
 
     def stop(self) -> str:
         if self.proc is None: return 'gone'
+        pids = group_members(self.proc.pid) or [self.proc.pid]   # taken before: the Ray driver is among them
         how = stop_process(self.proc, self.s.grace)
+        if self.s.backend == 'ray' and self._ray_checked != self.proc.pid:
+            self._ray_checked = self.proc.pid; how += ray_cleanup(pids, self.log)
         with open(self.log_path, 'ab') as f: f.write(f'# ei: {time.strftime("%Y-%m-%d %H:%M:%S")} stopped ({how})\n'.encode())
         self.log(f'vllm: stopped ({how})')
         return how
@@ -220,6 +243,38 @@ class ManagedServer:
         self.restarts += 1
         self.log(f'vllm: restarting ({why or "not healthy"}), restart {self.restarts}')
         self.stop(); return self.start()
+
+# %% ../nbs/sampling/vllm_server.ipynb #113cd870
+def ray_leftovers(pids, # the processes of the stopped `vllm serve` (its process group before the stop)
+                  address:str|None=None, # the cluster (None: $RAY_ADDRESS, else the one this node is part of)
+                 ) -> list[str]:
+    "Remove the placement groups (and the engine actors in them) that the server's Ray job left; their names."
+    import ray
+    from ray.util import state
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+    ray.init(address=address or os.environ.get('RAY_ADDRESS') or 'auto', logging_level='ERROR', log_to_driver=False)
+    try:
+        here, want = ray.util.get_node_ip_address(), {str(p) for p in pids}
+        jobs = {j.job_id for j in state.list_jobs(limit=10000) if j.driver_info is not None
+                and str(j.driver_info.pid) in want and j.driver_info.node_ip_address == here}
+        left = [g for g in state.list_placement_groups(filters=[('state', '!=', 'REMOVED')], limit=10000)
+                if g.creator_job_id in jobs and not g.is_detached]
+        for g in left: remove_placement_group(PlacementGroup(ray.PlacementGroupID.from_hex(g.placement_group_id)))
+        return [g.name for g in left]
+    finally: ray.shutdown()
+
+def ray_cleanup(pids, log=_quiet) -> str:
+    "`ray_leftovers`, said in the log; never raises (the stop goes on): what to add to the stop's word."
+    try: gone = ray_leftovers(pids)
+    except ImportError:
+        log("vllm: ray is not installed here, so leftover engines on the cluster were not looked for: pip install -e '.[ray]'")
+        return ', Ray not checked'
+    except Exception as e:
+        log(f'vllm: could not check the Ray cluster for leftover engines ({type(e).__name__}: {str(e)[:200]}); look with '
+            '`ray list placement-groups` and `ray list actors --filter "state=ALIVE"`')
+        return ', Ray not checked'
+    if gone: log(f'vllm: removed {len(gone)} Ray placement group(s) the server left ({", ".join(gone)}) and their engines')
+    return f', {len(gone)} Ray placement group(s) removed' if gone else ''
 
 # %% ../nbs/sampling/vllm_server.ipynb #8fb41be2
 @contextlib.contextmanager

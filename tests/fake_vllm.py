@@ -59,6 +59,7 @@ def parser():
     p.add_argument('--generation-config', default='auto'); p.add_argument('--served-model-name', nargs='+')
     p.add_argument('--api-key', nargs='+'); p.add_argument('--gpu-memory-utilization', type=float, default=0.9)
     p.add_argument('--dtype', default='auto'); p.add_argument('--enforce-eager', action='store_true')
+    p.add_argument('--max-num-seqs', type=int)   # EngineArgs.max_num_seqs: None, then the hardware's default
     return p
 
 def dashed(argv):
@@ -182,7 +183,7 @@ def effective(body, defaults, prompt_len, max_model_len) -> dict:
 class Server:
     "The state of one `vllm serve` process."
     def __init__(self, a):
-        self.a, self.lock, self.completions = a, threading.Lock(), 0
+        self.a, self.lock, self.completions, self.in_flight = a, threading.Lock(), 0, 0
         self.names = a.served_model_name or [a.model_tag]
         self.defaults = server_defaults(a)
         cfg = json.loads((Path(a.model_tag)/'config.json').read_text())
@@ -213,6 +214,15 @@ class Server:
         if body.get('model') and body['model'] not in self.names:
             raise BadRequest(f"The model `{body['model']}` does not exist. Valid aliases: {', '.join(self.names)}.", 404, 'NotFoundError', 'model')
         self.maybe_die()
+        with self.lock: self.in_flight += 1; now = self.in_flight
+        self.log({'event': 'in_flight', 'n': now})   # requests being answered at once (FAKE_VLLM_DELAY holds each)
+        try:
+            time.sleep(float(os.environ.get('FAKE_VLLM_DELAY') or 0))
+            return self._complete(body)
+        finally:
+            with self.lock: self.in_flight -= 1
+
+    def _complete(self, body):
         prompts = [body['prompt']] if isinstance(body['prompt'], str) else body['prompt']
         choices, effs, n_prompt, n_out = [], [], 0, 0
         for prompt in prompts:

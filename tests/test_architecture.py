@@ -18,7 +18,8 @@ ROOMS = {
     'sampling': 'samplers vllm_server remote_samplers sample_job',
     'stages':   'train dpo average_io average sft select eval sample_verify correct conjecture sharpen stop_rule report',
     'tools':    'arith demo pool setup_lean confirm audit_html',
-    'run':      'config params_check eta sources markers stage_process inputs step dryrun doctor_checks doctor driver '
+    'run':      'config params_check eta sources markers stage_process inputs step dryrun doctor_checks doctor_node doctor '
+                'driver '
                 'run_command',
 }
 ROOM_OF = {m: r for r, ms in ROOMS.items() for m in ms.split()}

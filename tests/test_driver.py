@@ -126,7 +126,7 @@ def test_dry_run_of_the_reference_gpu_config():
     assert p.returncode == 0, p.stderr
     for stage in ROUND1: assert re.search(rf'round 3  {stage}', p.stdout)
     summary = json.loads(p.stdout.strip().splitlines()[-1])
-    assert 20 * 3600 < summary['eta_s'] < 40 * 3600                    # 3 rounds of about 8 h, plus round 0
+    assert 20 * 3600 < summary['eta_s'] < 50 * 3600   # round 0 (4,000 x 8, Lean-bound: ~27 h on 8 workers), 3 rounds of ~5 h
     assert not (REPO/'runs'/'goedel8b').exists()
 
 

@@ -4,6 +4,7 @@
 and the reference configs. No network, no Lean: the REPL is tests/fake_repl.py, the OpenAI server a local stand-in."""
 import http.server, json, os, random, stat, subprocess, sys, threading
 from pathlib import Path
+import numpy as np
 import pytest
 
 from ei_nb.core import read_problems, shared_data, statement_key, StageFailed
@@ -210,13 +211,21 @@ def test_doctor_fails_with_the_fix_on_the_reference_config_here(tmp_path):
                       '--set', f'paths.pool="{tmp_path}/pool.jsonl"')
     assert rc == 3 and out is not None and not out['ok']
     rows = {r['check']: r for r in out['rows']}
-    assert rows['base model']['status'] == 'FAIL' and 'huggingface-cli download' in rows['base model']['fix']
+    assert rows['base model']['status'] == 'FAIL' and 'hf download Goedel-LM' in rows['base model']['fix']   # not huggingface-cli
     assert rows['pool']['status'] == 'FAIL' and 'ei pool' in rows['pool']['fix']
     assert rows['gpus']['status'] == 'FAIL'      # the managed server's 4 data-parallel engines, no CUDA here
     assert rows['scored']['status'] == 'OK'       # miniF2F-valid, none of the test split
     assert rows['vllm serve']['status'] == 'FAIL' and "pip install 'ei_nb[vllm]'" in rows['vllm serve']['fix']   # no vllm here
     assert '--data-parallel-size 4' in rows['server command']['detail'] and '--generation-config vllm' in rows['server command']['detail']
     assert 'not ready:' in err
+    assert rows['nvidia driver']['status'] == 'WARN' and rows['torch cuda']['status'] == 'WARN'   # no GPU on this machine
+    assert rows['lean workers']['status'] == 'WARN' and 'Lean-bound' in rows['lean workers']['detail']   # 8 workers, 4,000 x 8
+    assert rows['kernel replay']['status'] == 'OK'
+    rc, out, err = ei('doctor', '--config', 'configs/goedel8b.toml', '--run-dir', tmp_path / 'g', '--no-lean', '--set',
+                      f'paths.pool="{tmp_path}/pool.jsonl"', '--set', 'verify.replay=false', '--set', 'eta.lean_workers=64')
+    rows = {r['check']: r for r in out['rows']}
+    assert rows['kernel replay']['status'] == 'WARN' and 'NOT replayed' in rows['kernel replay']['detail']
+    assert rows['lean workers']['status'] == 'OK'
 
 
 def test_doctor_checks_the_pool_against_protected(tmp_path):
@@ -329,6 +338,32 @@ def test_pool_from_a_parquet_file(tmp_path):
     assert (tmp_path / 'again.jsonl').read_bytes() == (tmp_path / 'pool.jsonl').read_bytes()
     ei('pool', '--source', src, '--protected', mf, '--out', tmp_path / 'other.jsonl', '--n', 50, '--seed', 4)
     assert {p['name'] for p in read_problems(tmp_path / 'other.jsonl')} != {p['name'] for p in pool}
+
+
+def test_the_pool_is_keyed_once_when_written_and_select_reads_its_keys(tmp_path):
+    "`ei pool` keys its file (issue 34): `ei select` compares the cached digests, it does not key the statements again."
+    import pyarrow as pa, pyarrow.parquet as pq
+    from ei_nb.near_dup import digests_entry, statement_digests
+    src, mf, env = tmp_path / 'statements.parquet', shared_data('minif2f_dsp15.jsonl'), {'EI_HASH_CACHE': str(tmp_path / 'cache')}
+    pq.write_table(pa.Table.from_pylist(_statement_rows()), src)
+    rc, _, err = ei('pool', '--source', src, '--out', tmp_path / 'pool.jsonl', env=env)   # no --protected: miniF2F stays
+    assert rc == 0, err
+    pool = read_problems(tmp_path / 'pool.jsonl')
+    os.environ['EI_HASH_CACHE'] = env['EI_HASH_CACHE']
+    try: entry = digests_entry(tmp_path / 'pool.jsonl')
+    finally: del os.environ['EI_HASH_CACHE']
+    assert (np.frombuffer(entry.read_bytes(), '<i8').reshape(-1, 2) == statement_digests(pool)).all()
+    (tmp_path / 'v.jsonl').write_text(''.join(json.dumps({'name': p['name'], 'sample_idx': i, 'verdict': v}) + '\n'
+                                             for p in pool for i, v in enumerate(('pass', 'fail'))))
+    def selected():
+        rc, out, err = ei('select', '--pool', tmp_path / 'pool.jsonl', '--results', tmp_path / 'v.jsonl', '--protected', mf,
+                          '--out', tmp_path / 'sel.jsonl', '--max-problems', 10000, env=env)
+        assert rc == 0, err
+        return {p['name'] for p in read_problems(tmp_path / 'sel.jsonl')}
+    renamed = {p['name'] for p in pool if p['name'].startswith('renamed_')}
+    assert renamed and not renamed & selected()                     # the miniF2F statements under other names are removed
+    entry.write_bytes(np.zeros(2 * len(pool), '<i8').tobytes())    # keys that match nothing: select believes the cache
+    assert renamed <= selected()
 
 
 def test_pool_through_datasets_from_a_dataset_folder(tmp_path):
@@ -506,3 +541,49 @@ def test_doctor_says_when_the_checking_server_refuses_the_key(tmp_path, monkeypa
         cfg = load_config(ROOT / 'configs/goedel8b_two_node.toml', ['verify.backend=server'], warn=lambda *a: None)
         rows = check_lean(Context(cfg, tmp_path / 'run'), timeout=5)
     assert [r['status'] for r in rows] == ['FAIL'] and 'HTTP 401' in rows[0]['detail'] and 'EI_LEAN_SERVER_KEY' in rows[0]['detail']
+
+
+def test_the_dry_run_of_the_reference_config_prints_the_lean_bound_estimate():
+    "Round 0 samples the 4,000-problem pool: ~200 worker-h of Lean, ~25 h on the config's 8 workers, ~3 h on 64 (issue 34)."
+    rc, out, err = ei('run', '--config', ROOT / 'configs' / 'goedel8b.toml', '--dry-run')
+    assert rc == 0, err
+    p = subprocess.run([sys.executable, '-c', 'from ei_nb.cli import _entry; _entry()', 'run', '--config',
+                        str(ROOT / 'configs' / 'goedel8b.toml'), '--dry-run'], capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, 'PYTHONPATH': str(ROOT), 'OMP_NUM_THREADS': '1'}, timeout=600)
+    r0 = p.stdout.split('round 0  01_sample_verify', 1)[1].splitlines()[1].strip()
+    assert r0 == 'Lean-bound: 201 worker-h, 25 h on 8 workers, 3.1 h on 64; generation 4.0 h', r0
+    assert out['bound']['0:01_sample_verify'] == 'Lean-bound' and 'estimates' in p.stdout
+    rc, wide, err = ei('run', '--config', ROOT / 'configs' / 'goedel8b.toml', '--dry-run', '--set', 'eta.lean_workers=64')
+    assert rc == 0 and wide['bound']['0:01_sample_verify'] == 'GPU-bound' and wide['eta_s'] < out['eta_s'] / 3
+
+
+def test_doctor_reads_the_driver_from_nvidia_smi_and_names_the_driver_torch_needs(tmp_path, monkeypatch):
+    "A stand-in nvidia-smi answers `--query-gpu=driver_version --format=csv,noheader` as the real one does (one line per GPU)."
+    from ei_nb.doctor_node import driver_version, gpu_stack_rows
+    smi = script(tmp_path / 'bin' / 'nvidia-smi', '#!/bin/sh\n[ "$1" = "--query-gpu=driver_version" ] && '
+                 '[ "$2" = "--format=csv,noheader" ] || exit 9\necho 575.57.08\necho 575.57.08\n')
+    monkeypatch.setenv('PATH', f'{smi.parent}{os.pathsep}{os.environ["PATH"]}')
+    assert driver_version() == '575.57.08'
+    rows = gpu_stack_rows(4, driver_version(), {'torch': '2.9.0+cu130', 'cuda': '13.0', 'available': False})
+    assert [r['status'] for r in rows] == ['FAIL', 'FAIL'] and '>= 580' in rows[0]['fix']
+    smi.write_text('#!/bin/sh\nexit 1\n')
+    assert driver_version() == ''                             # there, but not answering: a WARN row, not a crash
+
+
+def test_replay_off_in_the_config_reaches_the_verifier_and_stage_json(monkeypatch):
+    "`[verify] replay = false` (issue 34): the stage kernels get EI_REPLAY=0, the verifier replays nothing and says so,"
+    "and the stage.json of a stage that checks proofs says plainly that its passes were not replayed."
+    from types import SimpleNamespace
+    from ei_nb.config import load_config
+    from ei_nb.layout import write_stage_json
+    from ei_nb.verify import VerifierSettings, _replay_pool
+    cfg = load_config(ROOT / 'configs/goedel8b.toml', ['verify.replay=false'], warn=lambda *a: None)
+    assert cfg['run']['env']['EI_REPLAY'] == '0'
+    assert 'EI_REPLAY' not in load_config(ROOT / 'configs/goedel8b.toml', warn=lambda *a: None)['run']['env']
+    monkeypatch.setenv('EI_REPLAY', '0')
+    assert _replay_pool(VerifierSettings(backend='repl'), SimpleNamespace(pickles='pickle'), {}) is None
+    rec = write_stage_json(None, '01_sample_verify', {}, {}, {'verify_backend': 'repl'}, {'work': 1}, 1.0)
+    assert 'NOT replayed' in rec['kernel_replay']
+    assert 'kernel_replay' not in write_stage_json(None, '02_sft', {}, {}, {'lr': 1e-5}, {'work': 1}, 1.0)
+    monkeypatch.delenv('EI_REPLAY')
+    assert 'kernel_replay' not in write_stage_json(None, '01_sample_verify', {}, {}, {'verify_backend': 'repl'}, {'work': 1}, 1.0)

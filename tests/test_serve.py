@@ -264,3 +264,76 @@ def test_explicit_fields_win_over_the_models_generation_config_even_under_auto(f
     assert (old_eff['top_k'], old_eff['temperature']) == (20, 1.0)           # the server filled top_k in
     assert (new_eff['top_k'], new_eff['temperature'], new_eff['top_p'], new_eff['min_p']) == (0, 1.0, 0.95, 0.0)
     with pytest.raises(Exception, match='generation_config.json'): ServeSettings(generation_config='auto')
+
+
+# -- requests in flight scale with the server's engines (issue 34)
+
+def test_requests_in_flight_scale_with_the_data_parallel_size(fake, tiny_model_dir, tmp_path, monkeypatch):
+    "At n = 2 and 4 sequences per engine, 2 engines get 4 requests at once and 4 engines 8: max_num_seqs x dp / n, not 32."
+    from ei_nb.samplers import SampleParams, run_pipeline
+    from ei_nb.remote_samplers import ServedSampler
+    monkeypatch.setenv('FAKE_VLLM_DELAY', '0.3')   # each request is held, so the client's concurrency shows
+    peaks = {}
+    for dp in (2, 4):
+        log = tmp_path / f'requests_{dp}.jsonl'; monkeypatch.setenv('FAKE_VLLM_LOG', str(log))
+        with ServedSampler(tiny_model_dir, settings(fake, data_parallel_size=dp, max_num_seqs=4), tmp_path / f'v{dp}.log',
+                           log=lambda *a: None) as smp:
+            run_pipeline(_problems(12), smp, tmp_path / f's{dp}.jsonl', SampleParams(n=2, max_new_tokens=8, seed=0), 0,
+                         chunk_problems=12)
+            assert smp.record()['requests_in_flight'] == 2 * dp
+        rows = [json.loads(l) for l in log.read_text().splitlines()]
+        start = next(r for r in rows if r['event'] == 'start')
+        assert start['flags']['max_num_seqs'] == 4 and start['flags']['data_parallel_size'] == dp   # the server was told
+        peaks[dp] = max(r['n'] for r in rows if r['event'] == 'in_flight')
+    assert peaks == {2: 4, 4: 8}
+
+
+# -- engines that live in Ray are removed through Ray, not by signals (issue 34)
+
+def _fake_ray(monkeypatch, jobs, groups):
+    "A stand-in of the Ray API `ray_leftovers` calls (ray 2.x: ray.init/shutdown, ray.util.get_node_ip_address,"
+    "ray.util.state.list_jobs/list_placement_groups with their filters, ray.util.placement_group); what is removed."
+    import types
+    from types import SimpleNamespace as NS
+    ray, util, st, pgm = (types.ModuleType(n) for n in ('ray', 'ray.util', 'ray.util.state', 'ray.util.placement_group'))
+    removed, calls = [], []
+    ray.init = lambda **kw: calls.append(('init', kw)); ray.shutdown = lambda: calls.append(('shutdown',))
+    ray.PlacementGroupID = NS(from_hex=lambda h: ('id', h))
+    util.get_node_ip_address = lambda: '127.0.0.1'
+    st.list_jobs = lambda limit=100, **kw: [NS(job_id=j, driver_info=NS(pid=str(pid), node_ip_address=ip, id='d'))
+                                            for j, pid, ip in jobs()]
+    def list_placement_groups(filters=None, limit=100, **kw):
+        ok = lambda g: all((getattr(g, k) != v) if op == '!=' else (getattr(g, k) == v) for k, op, v in filters or [])
+        return [g for g in groups if ok(g)]
+    st.list_placement_groups = list_placement_groups
+    pgm.PlacementGroup = lambda pg_id: NS(id=pg_id)
+    pgm.remove_placement_group = lambda pg: removed.append(pg.id[1])
+    ray.util, util.state, util.placement_group = util, st, pgm
+    for m in (ray, util, st, pgm): monkeypatch.setitem(sys.modules, m.__name__, m)
+    return removed, calls
+
+
+def test_a_ray_backed_server_has_its_placement_groups_removed_through_ray_when_stopped(fake, tmp_path, monkeypatch):
+    from types import SimpleNamespace as NS
+    pg = lambda i, job, state='CREATED', detached=False: NS(placement_group_id=f'pg{i}', name=f'dp_rank_{i % 2}',
+                                                             creator_job_id=job, state=state, is_detached=detached)
+    groups = [pg(0, '01000000'), pg(1, '01000000'), pg(2, '02000000'), pg(3, '01000000', 'REMOVED'), pg(5, '01000000', detached=True)]
+    holder = {}
+    jobs = lambda: [('01000000', holder['pid'], '127.0.0.1'), ('02000000', 999999, '127.0.0.1'), ('03000000', holder['pid'], '10.0.0.9')]
+    removed, calls = _fake_ray(monkeypatch, jobs, groups)
+    said = []
+    s = settings(fake, backend='ray', data_parallel_size=2, data_parallel_size_local=2)
+    with vllm_server(model(tmp_path), s, tmp_path / 'vllm.log', log=said.append) as srv: holder['pid'] = srv.proc.pid
+    assert removed == ['pg0', 'pg1']                       # its job's live groups; not another job's, nor a detached one
+    assert calls[0][0] == 'init' and calls[-1] == ('shutdown',) and not any(c[0] == 'init' for c in calls[1:])
+    assert any('removed 2 Ray placement group(s)' in x for x in said) and not group_members(srv.proc.pid)
+    srv.stop(); assert len([c for c in calls if c[0] == 'init']) == 1        # stopped once, looked for once
+
+
+def test_without_ray_installed_the_stop_still_stops_and_says_ray_was_not_checked(fake, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, 'ray', None)          # `import ray` raises ImportError
+    said = []
+    s = settings(fake, backend='ray', data_parallel_size=2, data_parallel_size_local=2)
+    with vllm_server(model(tmp_path), s, tmp_path / 'vllm.log', log=said.append) as srv: pid = srv.proc.pid
+    assert gone(pid) and any("pip install -e '.[ray]'" in x for x in said)
+    assert 'stopped (terminated, Ray not checked)' in (tmp_path / 'vllm.log').read_text()
