@@ -185,7 +185,8 @@ def _interpolation_state(tok:str, kind:str, pending:bool, await_arg, table:Token
         depth = await_arg + (kind == 'symbol' and tok[-1] in _OPENERS) - (kind == 'symbol' and tok[0] in _CLOSERS)
         return (True, None) if depth <= 0 else (False, depth)
     if tok in table.interpolation and kind in ('keyword', 'symbol'):
-        return {'throwErrorAt': (False, 0), 'trace[': (False, 1)}.get(tok, (True, None))   # after one argument / after `]`
+        if tok == 'throwErrorAt': return False, 0                 # after one argument
+        return (False, 1) if tok[-1] == '[' else (True, None)     # `trace[`, `aesop_trace![`: after the `]`
     return False, None
 
 def _interpolated(text:str, i:int, table:TokenTable, out:list) -> int:
@@ -197,4 +198,4 @@ def _interpolated(text:str, i:int, table:TokenTable, out:list) -> int:
         out.append(('str', i, j + 1))
         if text[j] == '"': return j + 1
         i = _scan(text, j + 1, table, out, True)
-        if i >= n: out.append(('error', i, n)); return n
+        if i >= n: out.append(('error', n - 1, n)); return n     # a `{` that runs to the end: its last character

@@ -6,14 +6,16 @@
 from __future__ import annotations
 import bisect, copy, json, re
 from functools import lru_cache
+from importlib.resources import files
 from pathlib import Path
 from .core import BadInput
 from .lean_tokens import HEADER_OPENS, token_data, token_table, tokenize
 from .lean_commands import split_commands
 
 # %% auto #0
-__all__ = ['RULES', 'DEFAULT_POLICY', 'extract_code', 'LeanCode', 'problem_opens', 'split_code', 'policy_table', 'load_policy',
-           'allowed_axioms', 'statement_name', 'check_statement', 'prepare', 'precheck']
+__all__ = ['RULES', 'DEFAULT_POLICY', 'extract_code', 'LeanCode', 'problem_opens', 'split_code', 'rule_words', 'policy_table',
+           'load_policy', 'allowed_axioms', 'statement_name', 'check_statement', 'syntax_allowlist', 'prepare',
+           'precheck']
 
 # %% ../nbs/verifier/policy.ipynb #4e4c396c
 _OPENER = re.compile(r'[ \t]*(lean4|lean)[ \t]*\r?', re.I)
@@ -126,21 +128,40 @@ RULES = [
                                       'native', 'bv_decide', 'bv_decide?'),
          why='trusts compiled code instead of the kernel (`decide +native`, `bv_decide` too); switching the rule off also allows its axioms',
          axioms=('Lean.ofReduceBool', 'Lean.ofReduceNat', 'Lean.trustCompiler')),
-    dict(rule='unsafe', keywords=('implemented_by', 'extern', 'unsafe', 'partial'), why='swaps a definition for unchecked code, or leaves the type system'),
+    dict(rule='unsafe', keywords=('implemented_by', 'extern', 'unsafe', 'partial'),
+         names=('unsafeCast', 'unsafeIO', 'unsafeBaseIO', 'unsafeEIO', 'ptrAddrUnsafe'),
+         why='swaps a definition for unchecked code, or leaves the type system'),
+    dict(rule='attribute', keywords=('@[',),
+         rejects='`@[…]` anywhere, at any bracket depth (on a `let rec`, a `where`, a helper), `attribute […]`',
+         why='an attribute runs code or changes meaning: `instance`, `command_elab`, `tactic`, `norm_num` extensions, '
+             '`implemented_by`, also spelled `«instance»`; no published proof uses one'),
     dict(rule='syntax', keywords=('macro', 'macro_rules', 'syntax', 'declare_syntax_cat', 'notation', 'notation3', 'infix', 'infixl',
                                   'infixr', 'prefix', 'postfix', 'elab', 'elab_rules', 'binder_predicate', 'command_elab',
                                   'term_elab', 'delab', 'app_unexpander'),
          why='can change what the statement or a tactic means while its text still matches'),
     dict(rule='instance', keywords=('instance', 'default_instance', 'attribute', 'unif_hint'),
          why='a new instance (also `attribute [instance]`, a unification hint) can change what +, ≤ or / mean in the statement'),
-    dict(rule='metaprogram', keywords=('run_cmd', 'run_elab', 'run_meta', 'run_tac', 'by_elab', '#eval', 'initialize', 'builtin_initialize',
-                                       'simproc', 'dsimproc', 'simproc_decl', 'dsimproc_decl', 'register_simp_attr', 'register_option',
-                                       'run_io'),
+    dict(rule='metaprogram', keywords=('run_cmd', 'run_elab', 'run_meta', 'run_tac', 'run_conv', 'by_elab', '#eval', 'eval%',
+                                       'initialize', 'builtin_initialize', 'simproc', 'dsimproc', 'simproc_decl',
+                                       'dsimproc_decl', 'register_simp_attr', 'register_option', 'run_io',
+                                       'println!', 'dbg_trace', 'aesop_trace![', 'aesop_trace[', 'trace[', 'm!', 's!', 'f!',
+                                       'throwError', 'throwErrorAt', 'logInfo', 'unreachable!', 'panic!', 'assert!',
+                                       'dbgTrace', 'dbg_trace_if_shared', 'elab_stx_quot'),
+         names=('IO', 'EIO', 'BaseIO', 'IO.Process', 'evalExpr', 'evalConst', 'evalTactic', 'runTactic', 'liftCommandElabM',
+                'liftTermElabM', 'addDecl', 'addAndCompile'),
          why='runs arbitrary code at elaboration time: can add unchecked declarations, set options, log fake messages '
              '(`run_io` is the Lake DSL\'s, in the environment through Mathlib\'s `Lake` import)'),
     dict(rule='exit', keywords=('#exit',), why='stops Lean: the rest of the file, our axiom check included, is never checked'),
-    dict(rule='search', keywords=('apply?', 'exact?'),
-         why='library search: slow, and its answer is a suggestion, not the proof written (Goedel-Prover-V2 bans it)'),
+    dict(rule='search', keywords=('apply?', 'exact?', 'rw?', 'have?', 'have?!', 'have!?', 'observe', 'observe?', 'hint',
+                                  'slim_check', 'plausible', 'library_search', 'suggest', 'propose', 'rw_search', 'polyrith',
+                                  'says', 'exact?%', 'apply_rules?', 'measurability?', 'measurability!?', 'continuity?',
+                                  'simp?', 'simp?!', 'simp_all?', 'dsimp?', 'simpa?', 'aesop?', 'norm_num?', 'field_simp?',
+                                  'positivity?', 'decide?', 'gcongr?', 'bound?', 'fun_prop?', 'show_term', 'extract_goal',
+                                  'conv?', 'unfold?', 'rw_mod_cast?'),
+         rejects='apply?, exact?, rw?, have?, observe, hint, slim_check, polyrith, says, and every other tactic whose name '
+                 'is a keyword ending in `?` (a search or a suggestion)',
+         why='library search under any name: slow, it runs code and calls out (`polyrith` asks a web service), and its '
+             'answer is a suggestion, not the proof written (Goedel-Prover-V2 bans it)'),
     dict(rule='hash_command', rejects='any #command but `#print axioms NAME` (allowed anywhere, removed before Lean runs): #print "…", #guard_msgs, #check, …',
          why='#guard_msgs swallows errors, #print "…" can imitate the axiom report; a proof needs none'),
     dict(rule='set_option', rejects='set_option NAME unless NAME is in policy["set_options"] (so debug.*, trace.*, …)',
@@ -166,12 +187,20 @@ RULES = [
          why="inside `namespace N` the theorem is `N.name`, and the statement's names resolve in N first"),
     dict(rule='statement', rejects="a missing, repeated or changed declaration of the problem's theorem (compared up to `:=`)",
          why='a proof of another (easier) statement proves nothing; helper lemmas before it are fine'),
+    dict(rule='token', rejects='a keyword or symbol token (not an identifier) that no published honest proof or benchmark '
+                               'statement uses: the allow-list `ei_nb/data/lean_syntax_allowlist.json`',
+         why='allow by knowledge, not deny by list: three corpora in a row found code-running syntax under new names '
+             '(`run_conv`, `eval%`, `aesop_trace!`); what honest proofs never write is refused by name'),
 ]
 for _r in RULES: _r.setdefault('rejects', ', '.join(_r.get('keywords', ()) + _r.get('names', ())))
 _KEYWORDS = {w: r['rule'] for r in RULES for w in r.get('keywords', ())}
 _NAMES = {w: r['rule'] for r in RULES for w in r.get('names', ())}
 _WORDS = {**_KEYWORDS, **_NAMES}
 _RULE_WORDS = {r['rule'] for r in RULES if r.get('keywords') or r.get('names')} - {'toplevel'}   # rules whose detail is the word itself
+
+def rule_words() -> list[str]:
+    "Every keyword and name a rule of the table names (what the syntax allow-list leaves out)."
+    return sorted(_WORDS)
 _LEAN_RULES = [
     dict(rule='lean_error', rejects='any error message', why='Lean did not accept the code'),
     dict(rule='lean_sorry', rejects="non-empty sorries, warning \"declaration uses 'sorry'\" (or `sorry`)", why='an unfinished proof'),
@@ -328,7 +357,6 @@ class _TopLevel:
         while i < k:
             w = src.word(i)
             if src.toks[i][0] == 'doc' or w in _MODIFIERS_OK: self.ok.add(i); i += 1
-            elif w == '@[' and i + 2 < k and src.word(i + 1) == 'simp' and src.word(i + 2) == ']': self.ok.update((i, i + 1, i + 2)); i += 3
             else: self.deny(w, src.toks[i][1], 'is not an allowed modifier'); i += 1
 
     # ---- the checks of each allowed command keyword
@@ -388,7 +416,7 @@ def _scan(src:LeanCode, ok:set, set_options, hits:dict):
     "Note every rule word among the tokens the top-level walk did not validate."
     text, toks, words = src.text, src.toks, src.words
     # the few tokens that can matter, picked at C speed: rule words, `#…`, dotted names, «names», name literals
-    for k in [k for k, w in enumerate(words) if w in _SCAN or w[0] == '#' or '.' in w or '«' in w or '`' in w]:
+    for k in [k for k, w in enumerate(words) if w in _SCAN or w[:1] == '#' or '.' in w or '«' in w or '`' in w]:
         kind, a, _ = toks[k]
         if kind in _INERT or k in ok: continue
         w = words[k]
@@ -401,6 +429,8 @@ def _scan(src:LeanCode, ok:set, set_options, hits:dict):
         if kind in _NAMED:
             for p in _parts(w):
                 if p in _NAMES: _hit(hits, _NAMES[p], f'{p!r} at line {src.line(a)}', a)
+                elif '«' in w and p in _KEYWORDS:            # `«instance»` is compared as the keyword it spells
+                    _hit(hits, _KEYWORDS[p], f'{w!r} (the keyword {p!r}) at line {src.line(a)}', a)
 
 def _inner_option(src:LeanCode, k:int, set_options, hits:dict):
     "`set_option NAME v in …` inside a declaration: NAME on the allow-list."
@@ -434,6 +464,23 @@ def _same_after(src:LeanCode, k:int, ns:str) -> bool:
     ext = token_table(tuple(sorted(set(src.opens) | {n for n in token_data()['scoped_tokens'] if n == ns or n.endswith('.' + ns)})))
     return [t for t in tokenize(src.text[a:], ext) if t[0] != 'comment'] == [(kind, b - a, e - a) for kind, b, e in src.toks[k:]]
 
+_SYNTAX = frozenset({'keyword', 'symbol'})
+
+@lru_cache(maxsize=1)
+def syntax_allowlist() -> frozenset:
+    "The syntax tokens published honest proofs use (`ei_nb/data/lean_syntax_allowlist.json`, tools/gen_syntax_allowlist.py)."
+    return frozenset(json.loads((files('ei_nb')/'data'/'lean_syntax_allowlist.json').read_text(encoding='utf-8'))['tokens'])
+
+def _unknown_syntax(src:LeanCode, ok:set, hits:dict):
+    "Rule `token`: the first keyword or symbol outside the allow-list (and the walk's `ok`); `search`: a keyword with `?`."
+    allow, token = syntax_allowlist(), None
+    for k, ((kind, a, _), w) in enumerate(zip(src.toks, src.words)):
+        if kind not in _SYNTAX or w in allow or k in ok: continue
+        if kind == 'keyword' and '?' in w and 'search' not in hits: _hit(hits, 'search', f'{w!r} at line {src.line(a)}', a)
+        elif token is None and w not in _WORDS:
+            token = w
+            _hit(hits, 'token', f'{w!r} at line {src.line(a)} is syntax no published proof uses', a)
+
 def _lexer(src:LeanCode, hits:dict):
     "The first token Lean cannot read (`error` kind), named."
     for kind, a, b in src.toks:
@@ -444,7 +491,7 @@ def _lex_error(text:str, a:int) -> str:
                         ('r#', 'unterminated raw string'), ("'", 'malformed character literal'), ('«', 'unterminated «name»'),
                         ('`«', 'unterminated «name»'), ('\t', 'a tab (Lean: "tabs are not allowed")')):
         if text.startswith(start, a): return what
-    return 'malformed numeral' if text[a].isdigit() else f'{text[a]!r} begins no token'
+    return 'malformed numeral' if text[a:a + 1].isdigit() else f'{text[a:a + 1]!r} begins no token'
 
 # %% ../nbs/verifier/policy.ipynb #4b7c63f0
 def _verdicts(src:LeanCode, problem:dict, policy:dict) -> tuple[list, list, list]:
@@ -454,6 +501,7 @@ def _verdicts(src:LeanCode, problem:dict, policy:dict) -> tuple[list, list, list
     _scoped_notation(src, {k for i in skip for k in range(src.cmds[i].first, src.cmds[i].last)}, hits)
     walk = _TopLevel(src, problem, policy, hits).run(skip)
     _scan(src, walk.ok, policy['set_options'], hits)
+    _unknown_syntax(src, walk.ok, hits)
     failed = []
     for r in RULES:
         rule = r['rule']

@@ -35,6 +35,13 @@ DEPS = {'batteries': ('leanprover-community/batteries', 'Batteries'), 'aesop': (
 ROOTS = ['Mathlib', 'Aesop']                 # the problem header: import Mathlib, import Aesop
 CORE_ROOTS = ('Init', 'Lean', 'Lake', 'Std')  # modules of the toolchain itself
 
+_INTERP = re.compile(r'\s*(?:[A-Za-z_][\w]*:)?\(?\s*interpolatedStr')    # `"tok " (interpolatedStr…`, `msg:(interpolatedStr…`
+
+def _opener(lits:list, k:int) -> str:
+    "The token that opens the interpolated string after literal k: `aesop_trace![` for `\"aesop_trace![\" opt \"] \" …`."
+    t = lits[k][1].strip()
+    return lits[k - 1][1].strip() if t == ']' and k and lits[k - 1][1].strip().endswith('[') else t
+
 HEADS = ('syntax', 'macro', 'elab', 'notation', 'notation3', 'infix', 'infixl', 'infixr', 'prefix', 'postfix',
          'binder_predicate', 'declare_syntax_cat')
 _MODS = r"(?:@\[[^\]]*\]\s*|(?:private|protected|noncomputable|unsafe|partial|nonrec)\s+|local\s+|scoped(?:\[[^\]]*\])?\s+)*"
@@ -167,7 +174,7 @@ def extract_file(text, path):
             pre = [w for w in re.findall(r"[A-Za-z_][\w.]*", lead) if w not in ('ppSpace', 'withPosition', 'group', 'atomic',
                                                                                   'ppIndent', 'ppGroup', 'ppDedent', 'ppRealGroup', 'tk', 'ppAllowUngrouped')]
             first = dict(token=t0, nonreserved=amp0, after=pre)
-        interp = [t.strip() for _, t, _, e in lits if re.match(r'\s*\(?\s*interpolatedStr', code[e:body_end])]
+        interp = [_opener(lits, k) for k, (_, _, _, e) in enumerate(lits) if _INTERP.match(code[e:body_end])]
         out.append(dict(kind=head, tokens=[t for _, t, amp in reserved if not amp], nonreserved=[t for _, t, amp in reserved if amp],
                         category=category, first=first, scope=scope, path=path, interpolation=interp))
     for m in _PARSER_DEF.finditer(code):                       # Lean-defined parsers: `leading_parser "tok" >> …`
