@@ -476,8 +476,9 @@ def _unknown_syntax(src:LeanCode, ok:set, hits:dict):
     allow, token = syntax_allowlist(), None
     for k, ((kind, a, _), w) in enumerate(zip(src.toks, src.words)):
         if kind not in _SYNTAX or w in allow or k in ok: continue
+        if w in _WORDS: continue                                   # the rule that names it decides
         if kind == 'keyword' and '?' in w and 'search' not in hits: _hit(hits, 'search', f'{w!r} at line {src.line(a)}', a)
-        elif token is None and w not in _WORDS:
+        elif token is None:
             token = w
             _hit(hits, 'token', f'{w!r} at line {src.line(a)} is syntax no published proof uses', a)
 

@@ -12,14 +12,15 @@ from .core import BadInput, StageFailed, atomic_write_json, sha256_json
 from .policy import extract_code, load_policy, prepare, statement_name
 from .lean_reply import (MESSAGE_CAP, MESSAGE_FIELDS, HeaderStall, LeanError, axioms_line, judge, lean_messages, probed_type,
                               reference_text, with_axioms)
-from .lean_replay import ReplayError, header_imports, replay_verdict
+from .lean_replay import ReplayError, header_imports, reference_command, replay_verdict
 
 # %% auto #0
 __all__ = ['CACHE_VERSION', 'cache_key', 'VerdictCache', 'Verifier']
 
 # %% ../nbs/verifier/verifier.ipynb #31d9e02a
-CACHE_VERSION = 4  # bump when the verdict logic changes, so old verdicts are not reused (3: Lean's messages kept;
-                   # 4: issue 28: the pre-check on Lean's tokens and commands, `#print axioms _root_.NAME`, the kernel replay)
+CACHE_VERSION = 5  # bump when the verdict logic changes, so old verdicts are not reused (3: Lean's messages kept;
+                   # 4: issue 28: the pre-check on Lean's tokens and commands, `#print axioms _root_.NAME`, the kernel replay;
+                   # 5: issue 36: the syntax allow-list, the verdict from the replay tool alone, `unreplayed` passes)
 
 def cache_key(problem:dict, code:str, policy:dict, identity) -> str:
     "sha256 of everything a verdict depends on."
@@ -90,7 +91,7 @@ class Verifier:
         if self.backend is None: return 'unchecked', None, code, {}
         key = cache_key(problem, code, self.policy, self.identity)
         if self.cache and (hit := self.cache.get(key)):
-            self._count('cache_hits'); return hit['verdict'], hit['reason'], code, {k: hit[k] for k in MESSAGE_FIELDS if k in hit}
+            self._count('cache_hits'); return hit['verdict'], hit['reason'], code, {k: hit[k] for k in MESSAGE_FIELDS + ('unreplayed',) if k in hit}
         verdict, reason, extra = self._lean(problem, body)
         if self.cache: self.cache.put(key, verdict, reason, extra)
         return verdict, reason, code, extra
@@ -104,12 +105,13 @@ class Verifier:
             reply = self.backend.run(header, sent, self.timeout, **({'pickle_to': str(pickle)} if pickle else {}))
             verdict, reason = judge(reply, name, self.policy, self._lines(header, sent, axioms_line(sent)))
             extra = self._messages(reply, header, sent, body) if verdict == 'fail' else {}
-            if verdict == 'pass' and self.statement_check:
+            if verdict == 'pass' and self.statement_check and not pickle:
                 got, want = probed_type(reply, self._lines(header, sent, axioms_line(sent) + 1)), self.reference_type(problem)
                 if got != want:
                     verdict, reason = 'fail', ('lean_statement: the type of the final theorem, read from Lean, differs from the reference '
                                                f'statement elaborated in the header alone: {str(got)[:120]!r} vs {want[:120]!r}')
             if verdict == 'pass' and pickle: verdict, reason = self._replayed(problem, name, pickle)
+            elif verdict == 'pass': extra = {'unreplayed': True}
         finally:
             if pickle: pickle.unlink(missing_ok=True)
         return verdict, reason, extra
@@ -125,8 +127,9 @@ class Verifier:
         "The verdict of the kernel replay of what the passing proof added."
         if not pickle.is_file(): raise LeanError('replay: Lean wrote no file of what the proof added')
         self._count('replays')
-        answer = self.replay.check(pickle, name, header_imports(problem['header']), self.timeout, self.backend.pickles)
-        return replay_verdict(answer, name, self.policy, self.reference_type(problem) if self.statement_check else None)
+        answer = self.replay.check(pickle, name, header_imports(problem['header']), self.timeout, self.backend.pickles,
+                                   reference=reference_command(problem))
+        return replay_verdict(answer, name, self.policy)
 
     def _messages(self, reply:dict, header:str, sent:str, body:str) -> dict:
         "Lean's messages about the proof, as verdict record fields (`messages`, and the cap with what it cut)."

@@ -82,6 +82,9 @@ CHEATS = [  # (id, problem name, code, rule that must reject it)
     ('set_option trace', N, H + S + '  set_option trace.Meta.Tactic.simp true in\n' + P, 'set_option'),
     ('apply?', N, H + S + '  apply?', 'search'),
     ('exact?', N, H + S + '  exact?', 'search'),
+    ('@[simp] helper (issue 36: attributes anywhere)', N, H + '@[simp] lemma z : True := trivial\n' + S + P, 'attribute'),
+    ('conv => run_conv (issue 36)', N, H + S + '  conv => run_conv do pure ()\n' + P, 'metaprogram'),
+    ('unknown syntax (issue 36: the allow-list)', N, H + S + '  compute_degree\n', 'token'),
     ('def shadowing', N, H + 'def sqrt (x : ℝ) : ℝ := 0\n' + S + P, 'definition'),
     ('abbrev', N, H + 'abbrev K := ℕ\n' + S + P, 'definition'),
     ('variable adds a hypothesis', N, H + 'variable (h : False)\n' + S + '  exact h.elim', 'scope'),
@@ -325,7 +328,7 @@ class TestFaultInjection:
         v, log = _fake_repl(project, tmp_path)
         with v: verdicts = [v.verify_one(*_proof('', i))['verdict'] for i in range(5)]
         assert verdicts == ['pass'] * 5
-        assert _log(log) == {'start': 1, 'cmd': 7, 'lean': 0}     # 1 header + 1 reference statement + 5 proofs
+        assert _log(log) == {'start': 1, 'cmd': 6, 'lean': 0}     # 1 header + 5 proofs (the replay tool elaborates the reference)
 
     def test_recycled_after_max_uses(self, project, tmp_path):
         v, log = _fake_repl(project, tmp_path, max_uses=3, statement_check=False)   # counts proofs only
@@ -361,11 +364,12 @@ class TestFaultInjection:
         with v:
             ok = [v.verify_one(*_proof('', i)) for i in range(3)]
             bad = v.verify_one(*_proof('FAKE:retype', 3))        # Lean elaborated the theorem's statement to another type
-            assert v.stats['reference_runs'] == 1                 # the reference is elaborated once per header and statement
+            assert v.stats['reference_runs'] == 0                 # issue 36: the replay tool compares, no probe message is read
         assert [r['verdict'] for r in ok] == ['pass'] * 3
-        assert bad['verdict'] == 'fail' and bad['reason'].startswith('lean_statement:'), bad
-        v, _ = _fake_repl(project, tmp_path, statement_check=False)
-        with v: assert v.verify_one(*_proof('FAKE:retype'))['verdict'] == 'pass'   # switched off: only the axioms decide
+        assert bad['verdict'] == 'fail' and "is not the reference statement's" in bad['reason'], bad
+        v, _ = _fake_repl(project, tmp_path, statement_check=False, replay=False)
+        with v: r = v.verify_one(*_proof('FAKE:retype'))
+        assert r['verdict'] == 'pass' and r['unreplayed'], r    # no replay, no probe: only the axioms decide, and it says so
 
     def test_header_hang_stops_the_run_and_broken_header_is_an_error(self, project, tmp_path):
         v, log = _fake_repl(project, tmp_path, '--hang-on-header', header_timeout=0.5, workers=2)
