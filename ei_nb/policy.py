@@ -473,10 +473,10 @@ def syntax_allowlist() -> frozenset:
 
 def _unknown_syntax(src:LeanCode, ok:set, hits:dict):
     "Rule `token`: the first keyword or symbol outside the allow-list (and the walk's `ok`); `search`: a keyword with `?`."
-    allow, token = syntax_allowlist(), None
-    for k, ((kind, a, _), w) in enumerate(zip(src.toks, src.words)):
-        if kind not in _SYNTAX or w in allow or k in ok: continue
-        if w in _WORDS: continue                                   # the rule that names it decides
+    unknown, token = set(src.words) - syntax_allowlist() - _WORDS, None     # _WORDS: the rule that names it decides
+    for k in [k for k, w in enumerate(src.words) if w in unknown]:           # the few candidates, picked at C speed
+        (kind, a, _), w = src.toks[k], src.words[k]
+        if kind not in _SYNTAX or k in ok: continue
         if kind == 'keyword' and '?' in w and 'search' not in hits: _hit(hits, 'search', f'{w!r} at line {src.line(a)}', a)
         elif token is None:
             token = w
@@ -484,8 +484,11 @@ def _unknown_syntax(src:LeanCode, ok:set, hits:dict):
 
 def _lexer(src:LeanCode, hits:dict):
     "The first token Lean cannot read (`error` kind), named."
-    for kind, a, b in src.toks:
-        if kind == 'error': return _hit(hits, 'lexer', f'{_lex_error(src.text, a)} at line {src.line(a)}', a)
+    for k, (kind, a, b) in enumerate(src.toks):
+        if kind != 'error': continue
+        opened = [t for t in src.toks[:k] if t[0] == 'str' and src.text[t[2] - 1] == '{']    # an interpolation `{` open
+        what = 'an interpolation `{` that runs to the end' if b == len(src.text) and opened else _lex_error(src.text, a)
+        return _hit(hits, 'lexer', f'{what} at line {src.line(a)}', a)
 
 def _lex_error(text:str, a:int) -> str:
     for start, what in (('/-', 'unterminated comment'), ('"', 'unterminated string'), ('r"', 'unterminated raw string'),
