@@ -473,7 +473,7 @@ def syntax_allowlist() -> frozenset:
 
 def _unknown_syntax(src:LeanCode, ok:set, hits:dict):
     "Rule `token`: the first keyword or symbol outside the allow-list (and the walk's `ok`); `search`: a keyword with `?`."
-    unknown, token = set(src.words) - syntax_allowlist() - _WORDS, None     # _WORDS: the rule that names it decides
+    unknown, token = set(src.words) - syntax_allowlist() - _WORDS.keys(), None   # a rule that names it decides
     for k in [k for k, w in enumerate(src.words) if w in unknown]:           # the few candidates, picked at C speed
         (kind, a, _), w = src.toks[k], src.words[k]
         if kind not in _SYNTAX or k in ok: continue
