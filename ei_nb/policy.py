@@ -187,6 +187,10 @@ RULES = [
          why="inside `namespace N` the theorem is `N.name`, and the statement's names resolve in N first"),
     dict(rule='statement', rejects="a missing, repeated or changed declaration of the problem's theorem (compared up to `:=`)",
          why='a proof of another (easier) statement proves nothing; helper lemmas before it are fine'),
+    dict(rule='kernel', rejects='`Nat.pow` written out; a recursor written out (`X.rec`, `X.recOn`, `X.casesOn`, `X.brecOn`)',
+         why="the shapes of the pinned kernel's known bugs that text can show (lean4#8060: `Nat.pow` reduced on a base "
+             "that is not a literal; lean4#14806/#14807: recursors on stuck or colliding terms); no published proof "
+             "writes them (the kernel-bug table below)"),
     dict(rule='token', rejects='a keyword or symbol token (not an identifier) that no published honest proof or benchmark '
                                'statement uses: the allow-list `ei_nb/data/lean_syntax_allowlist.json`',
          why='allow by knowledge, not deny by list: three corpora in a row found code-running syntax under new names '
@@ -404,6 +408,7 @@ class _TopLevel:
 
 # %% ../nbs/verifier/policy.ipynb #8b14e0e4
 _NAMED = frozenset({'ident', 'keyword', 'name'})
+_RECURSORS = ('.rec', '.recOn', '.casesOn', '.brecOn')
 _SCAN = frozenset(_WORDS) | {'set_option', 'open'}
 _SPLIT = re.compile(r'«([^»]*)»|([^.«»`]+)')
 
@@ -426,6 +431,8 @@ def _scan(src:LeanCode, ok:set, set_options, hits:dict):
         elif w[0] == '#' and w != '#[':
             nxt = words[k + 1] if w == '#' and k + 1 < len(toks) and src.glued(k + 1) else ''
             _hit(hits, 'hash_command', f'{w + nxt!r} at line {src.line(a)}', a)
+        if kind == 'ident' and (_plain(w) == 'Nat.pow' or _plain(w).endswith(_RECURSORS)):
+            _hit(hits, 'kernel', f'{w!r} at line {src.line(a)}', a)
         if kind in _NAMED:
             for p in _parts(w):
                 if p in _NAMES: _hit(hits, _NAMES[p], f'{p!r} at line {src.line(a)}', a)

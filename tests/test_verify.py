@@ -85,6 +85,7 @@ CHEATS = [  # (id, problem name, code, rule that must reject it)
     ('@[simp] helper (issue 36: attributes anywhere)', N, H + '@[simp] lemma z : True := trivial\n' + S + P, 'attribute'),
     ('conv => run_conv (issue 36)', N, H + S + '  conv => run_conv do pure ()\n' + P, 'metaprogram'),
     ('unknown syntax (issue 36: the allow-list)', N, H + S + '  compute_degree\n', 'token'),
+    ('Nat.pow written out (issue 36: lean4#8060)', N, H + S + '  have : Nat.pow 2 2 = 4 := rfl\n' + P, 'kernel'),
     ('def shadowing', N, H + 'def sqrt (x : ℝ) : ℝ := 0\n' + S + P, 'definition'),
     ('abbrev', N, H + 'abbrev K := ℕ\n' + S + P, 'definition'),
     ('variable adds a hypothesis', N, H + 'variable (h : False)\n' + S + '  exact h.elim', 'scope'),
