@@ -5,12 +5,13 @@
 # %% ../nbs/verifier/lean_reply.ipynb #e8afef7f
 from __future__ import annotations
 import re
-from .core import BadInput
+from .core import BadInput, StageFailed
 from .policy import DEFAULT_POLICY, LeanCode, allowed_axioms
 
 # %% auto #0
 __all__ = ['MESSAGE_CAP', 'MAX_ERRORS', 'MESSAGE_FIELDS', 'LeanError', 'HeaderStall', 'with_axioms', 'axioms_line',
-           'statement_probe', 'message_line', 'judge', 'lean_messages', 'probed_type', 'reference_text']
+           'statement_probe', 'message_line', 'judge', 'lean_messages', 'probed_type', 'reference_text',
+           'unreplayed_check']
 
 # %% ../nbs/verifier/lean_reply.ipynb #40d2f693
 class LeanError(Exception):
@@ -127,3 +128,16 @@ def reference_text(formal_statement:str) -> str:
     a, b = src.toks[k][1:]                  # the declared name, where the declaration has it (not a `t` in a comment or a word)
     stmt = re.sub(r':=\s*(?:by\s*)?$', ':= by sorry', (formal_statement[:a] + _REFERENCE + formal_statement[b:]).rstrip())
     return stmt + '\n\n' + statement_probe(_REFERENCE) + '\n'
+
+# %% ../nbs/verifier/lean_reply.ipynb #43d4e27c
+def unreplayed_check(verdicts,                # verdict records (dicts)
+                     allow:bool=False,        # score unreplayed passes anyway (`--allow-unreplayed`)
+                     where:str='verdicts',    # what is scoring, for the message
+                    ) -> dict:                # the numbers for the trail: unreplayed_passes, allow_unreplayed
+    "Refuse (`StageFailed`, exit 3) passes that no kernel replay confirmed, unless `allow`."
+    n = sum(1 for v in verdicts if v.get('verdict') == 'pass' and v.get('unreplayed') is True)
+    if n and not allow:
+        raise StageFailed(f'{where}: {n} pass(es) were not replayed by the kernel (a back-end that cannot hand over the '
+                          'environment, or the replay off): refusing to score them; --allow-unreplayed scores them '
+                          'and the trail records it')
+    return {'unreplayed_passes': n, 'allow_unreplayed': bool(allow)}
