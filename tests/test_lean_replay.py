@@ -220,3 +220,22 @@ def test_the_kernel_bug_guards_refuse_the_buggy_paths(shape, reason, tmp_path):
     assert replay_verdict(good, 't') == ('pass', None), good
     verdict, why = replay_verdict(bad, 't')
     assert verdict == 'fail' and 'kernel-bug guard' in why and reason in why, why
+
+
+def test_ei_eval_refuses_unreplayed_server_passes_unless_told(tiny_model_dir, tmp_path, monkeypatch):
+    """Issue 36: the `server` back-end (kimina) cannot hand over an environment, so its passes are `unreplayed`;
+    `ei eval` refuses to score them (exit 3) unless `--allow-unreplayed`, and then its numbers say so."""
+    from ei_nb.eval import eval_cli
+    from tests.test_verifier_guard import _eval_args, _valid, checker
+    p = tmp_path/'completions.jsonl'
+    p.write_text(json.dumps({'text': '\n  norm_num\n```'}) + '\n')
+    monkeypatch.setenv('FAKE_VLLM_COMPLETIONS', str(p))
+    monkeypatch.setenv('FAKE_VLLM_LOG', str(tmp_path/'vllm.jsonl'))
+    write_records(tmp_path/'problems.jsonl', _valid(4), 'problem')
+    with checker('ok') as (url, _):
+        args = _eval_args(tmp_path/'problems.jsonl', tiny_model_dir, tmp_path/'eval', url)
+        with pytest.raises(StageFailed, match='4 pass.es. were not replayed by the kernel'): eval_cli(args)
+        r = eval_cli(args + ['--allow-unreplayed'])
+    assert r['solved'] == 4 and r['unreplayed_passes'] == 4 and r['allow_unreplayed'] is True
+    stage = json.loads((tmp_path/'eval'/'stage.json').read_text())
+    assert stage['detail']['unreplayed_passes'] == 4 and stage['detail']['allow_unreplayed'] is True   # the trail says it
