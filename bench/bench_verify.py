@@ -49,7 +49,8 @@ def completion(r, problem, chars):
 
 def _safe(check, code, p):
     try: return check(code, p)
-    except Exception as e: return f'crash: {type(e).__name__}'      # the former pre-check raised IndexError on some honest proofs
+    # the former pre-check raised IndexError on some honest proofs
+    except Exception as e: return f'crash: {type(e).__name__}'
 
 def bench_precheck(pairs, reps=3, check=precheck, label='extract+precheck'):
     # wall time on a shared machine counts other processes' time too; the CPU time of this (single-threaded)
@@ -90,16 +91,17 @@ def _report(results, before, replay=()):
         print(f"{r['bench']}: {r['completions_per_s']} completions/s wall, {r['completions_per_cpu_s']} per CPU-second "
               f"({r['ms_per_completion']} ms each; {r['passed']} passed)", file=sys.stderr)
     r = results[0]
-    print(f"\nextract+precheck: {r['completions_per_s']} completions/s wall, {r['completions_per_cpu_s']} per CPU-second "
-          f"({r['ms_per_completion']} ms each, mean {r['mean_chars']} chars; extraction alone {r['extract_only_ms']} ms; "
-          f"load average {r['load_avg_1min']} on {os.cpu_count()} cores)", file=sys.stderr)
+    print(f"\nextract+precheck: {r['completions_per_s']} completions/s wall, {r['completions_per_cpu_s']} per "
+          f"CPU-second ({r['ms_per_completion']} ms each, mean {r['mean_chars']} chars; extraction alone "
+          f"{r['extract_only_ms']} ms; load average {r['load_avg_1min']} on {os.cpu_count()} cores)", file=sys.stderr)
     return results + before + list(replay)
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--n', type=int, default=400, help='proofs through each pool configuration')
     ap.add_argument('--chars', type=int, default=15000, help='target completion length in characters')
-    ap.add_argument('--before', default='d868896', help='git commit whose pre-check is measured beside this one ("" for none)')
+    ap.add_argument('--before', default='d868896',
+                    help='git commit whose pre-check is measured beside this one ("" for none)')
     ap.add_argument('--precheck-only', action='store_true', help='measure the pre-check only (no pools)')
     a = ap.parse_args(argv)
     minif2f = {r['name']: r for r in map(json.loads, open(shared_data('minif2f_dsp15.jsonl'), encoding='utf-8'))}

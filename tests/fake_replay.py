@@ -26,8 +26,9 @@ fake REPL's own type model (`fake_repl.fake_type`: the statement's text, normali
 it equals the replayed theorem's type (`same`/`differs`; `unchecked` without a reference, `no_reference` when the
 reference declares no such theorem). Before the replay, the kernel-bug guards of `EiReplay.lean` run on each added
 constant: a kind other than thm/defn (`induct`, `ctor`, `axiom`, `opaque`, ...), a stand-in's `"fvar": true`, a
-`"proj": STRUCT` not in the base's structures, or a `"nat_pow": [base, exponent]` whose base is not a numeral (a str)
-with a numeral exponent, or an exponent >= 2^24, is refused with the reason `kernel-bug guard: ...`. The base environment is "imported" once per process and import list.
+`"proj": STRUCT` not in the base's structures, or a `"nat_pow": [base, exponent]` whose base is not a numeral (a
+str) with a numeral exponent, or an exponent >= 2^24, is refused with the reason `kernel-bug guard: ...`.
+The base environment is "imported" once per process and import list.
 A stand-in's `fake_tool` field makes this process misbehave on that request: crash, garbage, hang, error.
 Options: --log FILE (appends `start PID`, `import PID`, `replay PID` lines), --import-delay S.
 """
@@ -51,7 +52,8 @@ STRUCTURES = {'Prod': 2, 'And': 2, 'Subtype': 2}    # structure-like inductive t
 def guard(c:dict) -> str|None:
     "EiReplay.lean's `guard` on one stand-in constant: None when it passes."
     n = c['name']
-    if c['kind'] not in ('thm', 'defn'): return f'{n} declares an inductive type, constructor, recursor, opaque, quotient or axiom'
+    if c['kind'] not in ('thm', 'defn'):
+        return f'{n} declares an inductive type, constructor, recursor, opaque, quotient or axiom'
     if c.get('fvar'): return f'{n} holds a free, meta or loose bound variable (lean4#14484)'
     if 'proj' in c and c['proj'] not in STRUCTURES:
         return f"{n}: a projection of {c['proj']}, not a field of a structure of the header (lean4#14576)"

@@ -55,7 +55,8 @@ def verifier(project, tmp_path, backend='repl', replay=(sys.executable, FAKE_REP
 def lines(log, what): return log.read_text().split().count(what) if log.exists() else 0
 
 
-@pytest.mark.parametrize('backend', ['repl', 'lean'], ids=['repl', 'plain-lean'])   # (an id `lean` would mark it as needing Lean)
+# (an id `lean` would mark it as needing Lean)
+@pytest.mark.parametrize('backend', ['repl', 'lean'], ids=['repl', 'plain-lean'])
 def test_an_honest_proof_passes_the_replay(backend, project, tmp_path):
     v, log = verifier(project, tmp_path, backend)
     with v:
@@ -64,11 +65,14 @@ def test_an_honest_proof_passes_the_replay(backend, project, tmp_path):
         pickles = v._pickles
     assert [r['verdict'] for r in res] == ['pass'] * 3, res
     for r in res: check_record(r, 'verdict')
-    assert (lines(log, 'start'), lines(log, 'import'), lines(log, 'replay')) == (1, 1, 3)   # the header's modules imported once
-    assert pickles is not None and not pickles.exists()                                     # the files of what proofs added: removed
+    # the header's modules imported once
+    assert (lines(log, 'start'), lines(log, 'import'), lines(log, 'replay')) == (1, 1, 3)
+    # the files of what proofs added: removed
+    assert pickles is not None and not pickles.exists()
 
 @pytest.mark.parametrize('directive', sorted(FORGED))
-@pytest.mark.parametrize('backend', ['repl', 'lean'], ids=['repl', 'plain-lean'])   # (an id `lean` would mark it as needing Lean)
+# (an id `lean` would mark it as needing Lean)
+@pytest.mark.parametrize('backend', ['repl', 'lean'], ids=['repl', 'plain-lean'])
 def test_a_forged_environment_fails_the_replay(directive, backend, project, tmp_path):
     "The REPL's (or lean's) own answers are a clean pass: only the replay sees the forgery."
     v, _ = verifier(project, tmp_path, backend)
@@ -76,7 +80,8 @@ def test_a_forged_environment_fails_the_replay(directive, backend, project, tmp_
     assert r['verdict'] == 'fail' and r['reason'].startswith('replay:') and FORGED[directive] in r['reason'], r
     v, _ = verifier(project, tmp_path, backend, replay=None)
     with v: unreplayed = v.verify_one(*_proof(directive))
-    if directive not in ('FAKE:replaytype',): assert unreplayed['verdict'] == 'pass', unreplayed   # without the replay it passed
+    # without the replay it passed
+    if directive not in ('FAKE:replaytype',): assert unreplayed['verdict'] == 'pass', unreplayed
 
 def test_the_replay_can_be_switched_off_and_the_cache_key_says_so(project, tmp_path):
     on, _ = verifier(project, tmp_path)
@@ -94,7 +99,8 @@ def test_a_crashing_or_confused_replay_tool_stops_the_run(directive, why, projec
 def test_a_missing_replay_tool_stops_the_run(project, tmp_path):
     v, _ = verifier(project, tmp_path, replay=(str(tmp_path/'no-such-ei-replay'),))
     with v, pytest.raises(StageFailed, match='cannot start the replay tool'): v.verify_one(*_proof())
-    v, _ = verifier(project, tmp_path, replay=('lake', 'env', str(tmp_path/'no-such-ei-replay')), mem_mb=256)   # under the memory limit's launcher
+    # under the memory limit's launcher
+    v, _ = verifier(project, tmp_path, replay=('lake', 'env', str(tmp_path/'no-such-ei-replay')), mem_mb=256)
     with v, pytest.raises(StageFailed, match='replay tool'): v.verify_one(*_proof())
 
 def test_a_hung_replay_is_an_error_verdict_and_no_pickle_is_an_error(project, tmp_path):
@@ -135,8 +141,9 @@ def test_the_replay_answer_is_checked_against_the_protocol():
     assert replay_verdict({'ok': False, 'reason': '(kernel) x'}, 't')[1].startswith('replay: the kernel replay rejects')
     from ei_nb.lean_replay import _checked
     assert _checked(ok, ['ei-replay']) == ok
-    for bad in ({'ok': True}, {'ok': 'yes'}, {}, {'ok': False}, {'error': 'boom'}, {k: v for k, v in ok.items() if k != 'statement'},
-                {**ok, 'statement': 'probably'}, {**ok, 'statement': 'no_reference'}):
+    for bad in ({'ok': True}, {'ok': 'yes'}, {}, {'ok': False}, {'error': 'boom'},
+                {k: v for k, v in ok.items() if k != 'statement'}, {**ok, 'statement': 'probably'},
+                {**ok, 'statement': 'no_reference'}):
         with pytest.raises(ReplayError): _checked(bad, ['ei-replay'])
     assert header_imports(H) == ('Init', 'Mathlib', 'Aesop')
 
@@ -180,7 +187,8 @@ def test_the_statement_is_compared_by_the_replay_tool_even_without_the_probe(pro
             r = v.verify_one(*_proof('FAKE:retype'))
             honest = v.verify_one(*_proof('', 1))
             runs = v.stats['reference_runs']
-        assert r['verdict'] == 'fail' and "is not the reference statement's elaborated by the tool (differs)" in r['reason'], r
+        assert r['verdict'] == 'fail', r
+        assert "is not the reference statement's elaborated by the tool (differs)" in r['reason'], r
         assert honest['verdict'] == 'pass' and 'unreplayed' not in honest, honest
         assert runs == 0              # no Lean run of the reference probe: the tool elaborates the reference itself
 
@@ -238,4 +246,5 @@ def test_ei_eval_refuses_unreplayed_server_passes_unless_told(tiny_model_dir, tm
         r = eval_cli(args + ['--allow-unreplayed'])
     assert r['solved'] == 4 and r['unreplayed_passes'] == 4 and r['allow_unreplayed'] is True
     stage = json.loads((tmp_path/'eval'/'stage.json').read_text())
-    assert stage['detail']['unreplayed_passes'] == 4 and stage['detail']['allow_unreplayed'] is True   # the trail says it
+    # the trail says it
+    assert stage['detail']['unreplayed_passes'] == 4 and stage['detail']['allow_unreplayed'] is True

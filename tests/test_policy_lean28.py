@@ -176,7 +176,8 @@ def test_a_plain_helper_def_is_denied():
 def test_deny_by_default_every_command_not_allowed():
     for cmd, rule in [('suppress_compilation', 'toplevel'), ('attribute [simp] Nat.add_comm', 'instance'), ('universe u', 'scope'),
                       ('export Nat (succ)', 'scope'), ('#check Nat', 'hash_command'), ('example : True := trivial', 'definition'),
-                      ('noncomputable instance : Inhabited ℕ := ⟨0⟩', 'instance'), ('@[norm_num] theorem z : True := trivial', 'attribute')]:
+                      ('noncomputable instance : Inhabited ℕ := ⟨0⟩', 'instance'),
+                      ('@[norm_num] theorem z : True := trivial', 'attribute')]:
         r = precheck(H + cmd + '\n' + S + RING, P)
         assert r is not None and r.split(':')[0] == rule, (cmd, r)
 

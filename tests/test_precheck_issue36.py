@@ -4,8 +4,9 @@ SOURCE of every exploit class here: the description of issue 36 (`/work/wt/issue
 sent 68 exploits through the pre-check. 55 reach Lean"): Mathlib's `conv => run_conv do …`; `eval% …`; attributes on a
 `let rec` inside brackets with `«»`-escaped names (`@[«instance»]`, `@[«command_elab» k]`, `@[«tactic» k]`,
 `@[norm_num …]`, `@[«implemented_by» …]`); interpolated strings opened by `println!` or `aesop_trace![…]` hiding code
-in `{…}`; search tactics under other names (`observe`, `have?`, `rw?`, `hint`, `slim_check`); three malformed completions
-whose interpolation `{` runs to the end (IndexError). The corpus itself was kept back, so each exploit is rebuilt
+in `{…}`; search tactics under other names (`observe`, `have?`, `rw?`, `hint`, `slim_check`); three malformed
+completions whose interpolation `{` runs to the end (IndexError).
+The corpus itself was kept back, so each exploit is rebuilt
 from that description on a real miniF2F statement (`ei_nb/data/minif2f_dsp15.jsonl`). Lean sources followed:
 `println!` is `syntax "println! " (interpolatedStr(term) <|> term) : term` (src/Init/System/IO.lean), `aesop_trace![`
 is `macro "aesop_trace![" opt:ident "] " msg:(interpolatedStr(term) <|> term)` (Aesop/Tracing.lean), and inside the
@@ -37,8 +38,8 @@ H, S, RING = P['header'], P['formal_statement'], '  ring\n'
 @pytest.fixture(scope='module')
 def former():
     "The pre-check at BEFORE (ei_nb/policy.py from git, on today's tokenizer), or None without git."
-    try: src = subprocess.run(['git', '-C', str(ROOT), 'show', f'{BEFORE}:ei_nb/policy.py'], capture_output=True, text=True,
-                              check=True).stdout
+    try: src = subprocess.run(['git', '-C', str(ROOT), 'show', f'{BEFORE}:ei_nb/policy.py'], capture_output=True,
+                              text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError): return None
     mod = types.ModuleType('ei_nb._policy_before_36'); mod.__package__ = 'ei_nb'
     exec(compile(src, f'{BEFORE}:ei_nb/policy.py', 'exec'), mod.__dict__)
@@ -66,10 +67,12 @@ EXPLOITS = {   # class -> (code, the rule that must name it)
     'let rec @[«instance»] in brackets':
         (H + S + '  exact (let rec @[«instance»] i : Mul ℂ := ⟨fun a _ => a⟩; by ring)\n', 'attribute'),
     'let rec @[«command_elab» k]':
-        (H + S + '  exact (let rec @[«command_elab» k] e : Lean.Elab.Command.CommandElab := fun _ => pure (); by ring)\n',
+        (H + S + '  exact (let rec @[«command_elab» k] e : Lean.Elab.Command.CommandElab := fun _ => pure ();'
+         ' by ring)\n',
          'attribute'),
     'let rec @[«tactic» k]':
-        (H + S + '  exact (let rec @[«tactic» k] t : Lean.Elab.Tactic.Tactic := fun _ => pure (); by ring)\n', 'attribute'),
+        (H + S + '  exact (let rec @[«tactic» k] t : Lean.Elab.Tactic.Tactic := fun _ => pure (); by ring)\n',
+         'attribute'),
     'let rec @[norm_num …]':
         (H + S + '  exact (let rec @[norm_num _ + _] e : ℕ := 0; by ring)\n', 'attribute'),
     'let rec @[«implemented_by» …]':
@@ -128,14 +131,16 @@ def test_an_interpolation_brace_running_to_the_end_is_a_lexer_reject_not_a_crash
     assert reason.split(':')[0] == 'metaprogram' and reason.endswith('lexer)') or reason.startswith('lexer'), reason
     off = load_policy({'rules': {'metaprogram': False}})
     assert precheck(code, P, off).startswith('lexer: an interpolation `{` that runs to the end'), precheck(code, P, off)
-    if former_tokens is not None:      # the former tokenizer drew an empty error token there: `text[a]` raised IndexError
+    # the former tokenizer drew an empty error token there: `text[a]` raised IndexError
+    if former_tokens is not None:
         assert any(k == 'error' and a == b == len(code) for k, a, b in former_tokens.tokenize(code))
     assert all(b > a for _, a, b in tokenize(code))
 
 # ---------------------------------------------------------------- the pre-check never raises
-PIECES = ['m!"{', 's!"', 'println! "{', 'aesop_trace![x] "{', '{', '}', '(', ')', '[', ']', '⟨', '⟩', '"', "'", '`', '«',
-          '»', '/-', '-/', '--', '@[', ':=', 'by', '\n', ' ', '\t', 'theorem', 'open Real in', 'set_option', '#print axioms',
-          '0x', '1e', 'r#"', '\\', 'λ', '∑', '⁻¹', "''", '×\'', 'h.1.2', '\u200b', '\U0001F600', '\x00', '\r']
+PIECES = ['m!"{', 's!"', 'println! "{', 'aesop_trace![x] "{', '{', '}', '(', ')', '[', ']', '⟨', '⟩', '"', "'",
+          '`', '«', '»', '/-', '-/', '--', '@[', ':=', 'by', '\n', ' ', '\t', 'theorem', 'open Real in', 'set_option',
+          '#print axioms', '0x', '1e', 'r#"', '\\', 'λ', '∑', '⁻¹', "''", '×\'', 'h.1.2', '\u200b', '\U0001F600',
+          '\x00', '\r']
 
 def _never_raises(code:str):
     reason = precheck(code, P)
@@ -149,7 +154,8 @@ def test_random_completions_never_raise(parts):
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(st.integers(0, len(DSV2) - 1), st.floats(0, 1), st.floats(0, 1),
-       st.sampled_from(['truncate', 'insert', 'delete', 'unicode']), st.one_of(st.sampled_from(PIECES), st.text(max_size=3)))
+       st.sampled_from(['truncate', 'insert', 'delete', 'unicode']),
+       st.one_of(st.sampled_from(PIECES), st.text(max_size=3)))
 def test_mutated_real_proofs_never_raise(i, at, upto, how, piece):
     "Mutations of DeepSeek-Prover-V2's published proofs: truncated, a piece inserted (an unclosed `{`, a bracket), cut."
     text = DSV2[i]['full_code']

@@ -82,7 +82,8 @@ CHEATS = [  # (id, problem name, code, rule that must reject it)
     ('set_option trace', N, H + S + '  set_option trace.Meta.Tactic.simp true in\n' + P, 'set_option'),
     ('apply?', N, H + S + '  apply?', 'search'),
     ('exact?', N, H + S + '  exact?', 'search'),
-    ('@[simp] helper (issue 36: attributes anywhere)', N, H + '@[simp] lemma z : True := trivial\n' + S + P, 'attribute'),
+    ('@[simp] helper (issue 36: attributes anywhere)', N, H + '@[simp] lemma z : True := trivial\n' + S + P,
+     'attribute'),
     ('conv => run_conv (issue 36)', N, H + S + '  conv => run_conv do pure ()\n' + P, 'metaprogram'),
     ('unknown syntax (issue 36: the allow-list)', N, H + S + '  compute_degree\n', 'token'),
     ('Nat.pow written out (issue 36: lean4#8060)', N, H + S + '  have : Nat.pow 2 2 = 4 := rfl\n' + P, 'kernel'),
@@ -329,7 +330,7 @@ class TestFaultInjection:
         v, log = _fake_repl(project, tmp_path)
         with v: verdicts = [v.verify_one(*_proof('', i))['verdict'] for i in range(5)]
         assert verdicts == ['pass'] * 5
-        assert _log(log) == {'start': 1, 'cmd': 6, 'lean': 0}     # 1 header + 5 proofs (the replay tool elaborates the reference)
+        assert _log(log) == {'start': 1, 'cmd': 6, 'lean': 0}     # 1 header + 5 proofs (the replay tool: the reference)
 
     def test_recycled_after_max_uses(self, project, tmp_path):
         v, log = _fake_repl(project, tmp_path, max_uses=3, statement_check=False)   # counts proofs only
@@ -365,12 +366,12 @@ class TestFaultInjection:
         with v:
             ok = [v.verify_one(*_proof('', i)) for i in range(3)]
             bad = v.verify_one(*_proof('FAKE:retype', 3))        # Lean elaborated the theorem's statement to another type
-            assert v.stats['reference_runs'] == 0                 # issue 36: the replay tool compares, no probe message is read
+            assert v.stats['reference_runs'] == 0                 # issue 36: the replay tool compares, no probe read
         assert [r['verdict'] for r in ok] == ['pass'] * 3
         assert bad['verdict'] == 'fail' and "is not the reference statement's" in bad['reason'], bad
         v, _ = _fake_repl(project, tmp_path, statement_check=False, replay=False)
         with v: r = v.verify_one(*_proof('FAKE:retype'))
-        assert r['verdict'] == 'pass' and r['unreplayed'], r    # no replay, no probe: only the axioms decide, and it says so
+        assert r['verdict'] == 'pass' and r['unreplayed'], r    # no replay, no probe: the axioms decide, and it says
 
     def test_header_hang_stops_the_run_and_broken_header_is_an_error(self, project, tmp_path):
         v, log = _fake_repl(project, tmp_path, '--hang-on-header', header_timeout=0.5, workers=2)

@@ -35,10 +35,11 @@ DEPS = {'batteries': ('leanprover-community/batteries', 'Batteries'), 'aesop': (
 ROOTS = ['Mathlib', 'Aesop']                 # the problem header: import Mathlib, import Aesop
 CORE_ROOTS = ('Init', 'Lean', 'Lake', 'Std')  # modules of the toolchain itself
 
-_INTERP = re.compile(r'\s*(?:[A-Za-z_][\w]*:)?\(?\s*interpolatedStr')    # `"tok " (interpolatedStr…`, `msg:(interpolatedStr…`
+# `"tok " (interpolatedStr…`, `msg:(interpolatedStr…`
+_INTERP = re.compile(r'\s*(?:[A-Za-z_][\w]*:)?\(?\s*interpolatedStr')
 
 def _opener(lits:list, k:int) -> str:
-    "The token that opens the interpolated string after literal k: `aesop_trace![` for `\"aesop_trace![\" opt \"] \" …`."
+    "The token opening the interpolated string after literal k: `aesop_trace![` for `\"aesop_trace![\" opt \"] \" …`."
     t = lits[k][1].strip()
     return lits[k - 1][1].strip() if t == ']' and k and lits[k - 1][1].strip().endswith('[') else t
 
@@ -139,7 +140,8 @@ def extract_file(text, path):
     ns_at, out = namespace_at(code), []
     ranges = chunks(code, text)
     for m in _HEAD.finditer(code):
-        if text[m.start()] in ' \t': continue     # indented: inside a body or a quotation (a leading comment blanks to spaces, not col 0)
+        # indented: inside a body or a quotation (a leading comment blanks to spaces, not col 0)
+        if text[m.start()] in ' \t': continue
         mods, head = m.group(1) or '', m.group(2)
         end = next((b for a, b in ranges if a <= m.start(2) < b), len(code))   # modifiers may stand on the lines above
         if 'local' in mods.split(): continue                       # local: gone after the import
