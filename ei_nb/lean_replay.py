@@ -67,14 +67,16 @@ def _checked(answer:dict, cmd:list) -> dict:
             and isinstance(answer.get('axioms'), list) and all(isinstance(a, str) for a in answer['axioms']) \
             and answer.get('statement') in _STATEMENT:
         if answer['statement'] == 'no_reference':
-            raise ReplayError(f"the replay tool {shlex.join(cmd)}: the reference statement does not elaborate in the header")
+            raise ReplayError(f"the replay tool {shlex.join(cmd)}: the reference statement does not elaborate in the "
+                              f"header")
         return answer
     if answer.get('ok') is False and isinstance(answer.get('reason'), str): return answer
     raise ReplayError(f'the replay tool {shlex.join(cmd)} answered {json.dumps(answer)[:200]}')
 
 class ReplayPool:
     "Processes of the replay tool (`ei-replay`); `check` has one of them replay what one proof added."
-    def __init__(self, cmd:list, cwd=None, workers:int=1, mem_mb:int|None=None, max_uses:int=200, first_timeout:float=600):
+    def __init__(self, cmd:list, cwd=None, workers:int=1, mem_mb:int|None=None, max_uses:int=200,
+                 first_timeout:float=600):
         self.cmd, self.first_timeout = list(cmd), first_timeout
         self.tools = [Repl(cmd, cwd, mem_mb, max_uses, stdout_mode='pipe') for _ in range(max(1, workers))]
         self.idle, self.cv = list(self.tools), threading.Condition()
@@ -98,7 +100,8 @@ class ReplayPool:
         except ReplayTimeout: raise
         except LeanError as e: raise ReplayError(f'the replay tool {shlex.join(self.cmd)} failed: {e}') from None
         except OSError as e:
-            raise ReplayError(f'cannot start the replay tool {shlex.join(self.cmd)}: {e} (build it with `ei setup-lean`; '
+            raise ReplayError(f'cannot start the replay tool {shlex.join(self.cmd)}: {e} (build it with `ei '
+                              f'setup-lean`; '
                               'EI_REPLAY_BIN names the binary)') from None
         tool.uses += 1
         return _checked(answer, self.cmd)
