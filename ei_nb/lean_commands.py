@@ -94,7 +94,7 @@ def _note(cur:dict, text:str, toks:list, k:int, w:str, starts):
         if w not in MODIFIERS and w[-1] not in _OPEN: cur['head'], cur['head_start'], cur['expect'] = w, toks[k][1], False
     elif w == 'in' and cur['inner_in']: cur['inner_in'] -= 1
     elif w == 'in' and cur['head'] and k + 1 < len(toks) and (_word(text,
-                                                                    toks[k + 1]) in starts or toks[k + 1][0] == 'doc'):
+        toks[k + 1]) in starts or toks[k + 1][0] == 'doc'):
         cur['prefixes'].append((cur['head_start'], toks[k][2]))
         cur['head'], cur['expect'] = '', True
 

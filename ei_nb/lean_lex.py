@@ -321,8 +321,7 @@ class _Ref:
         for w in ('s!', 'm!', 'f!', 'throwError', 'dbg_trace'):
             if self.t.startswith(w, i):
                 k = i + len(w)
-                if (k < self.n and _ref_id_rest(self.t[k])) or (self.at(k) == '.' and (_ref_id_first(self.at(k + 1))
-                                                                         or self.at(k + 1) == '«')):
+                if (k < self.n and _ref_id_rest(self.t[k])) or (self.at(k) == '.' and (_ref_id_first(self.at(k + 1)) or self.at(k + 1) == '«')):
                     return 0
                 return k
         return 0

@@ -57,7 +57,7 @@ def judge(reply,                  # a Lean REPL reply: {'messages': [...], 'sorr
     msgs, sorries = reply.get('messages', []), reply.get('sorries', [])
     if not (isinstance(msgs, list) and isinstance(sorries, list)
             and all(isinstance(m, dict) and isinstance(m.get('data'),
-                                                       str) and m.get('severity') in _SEVERITIES for m in msgs)):
+                str) and m.get('severity') in _SEVERITIES for m in msgs)):
         return 'error', 'malformed reply: messages/sorries have the wrong shape'
     if errs := [m for m in msgs if m['severity'] == 'error']: return 'fail', 'lean error: ' + _short(errs[0])
     if sorries: return 'fail', f'lean sorry: {len(sorries)} sorries'
@@ -66,7 +66,7 @@ def judge(reply,                  # a Lean REPL reply: {'messages': [...], 'sorr
     # the report of OUR command, found by its position: text the candidate printed elsewhere is never read
     lines = {line} if isinstance(line,
                                  int) else set(line) if line is not None else {max((message_line(m) for m in msgs),
-                                                                                   default=0)}
+                                     default=0)}
     mine = [(m, x) for m in msgs if message_line(m) in lines and m['severity'] in ('info', 'information')
             and (x := _REPORT.fullmatch(m['data'].strip())) and x.group(1) == name]
     if not mine: return 'fail', f'axioms: no report for {name} from the appended `#print axioms` (theorem missing or renamed?)'
@@ -120,7 +120,7 @@ def probed_type(reply:dict, # a Lean reply in the REPL's shape
                ) -> str|None:
     "The type our statement probe logged at one of `lines`, or None."
     got = [x.group(1) for m in reply.get('messages', []) if message_line(m) in lines and m.get('severity') in ('info',
-                                                                                                               'information')
+        'information')
            and (x := _PROBE.fullmatch(m.get('data', '').strip()))]
     return got[0] if len(got) == 1 else None
 

@@ -32,7 +32,7 @@ def _trie_regex(words) -> str:
         node[''] = {}
     def emit(node):
         alts = [re.escape(ch) + sub(node[ch]) for ch in sorted((c for c in node if c),
-                                                               key=lambda c: -len(_keys(node[c])))]
+            key=lambda c: -len(_keys(node[c])))]
         return '(?:' + '|'.join(alts) + ')' if alts else ''
     def sub(child):
         inner = emit(child)
@@ -81,7 +81,7 @@ def _master(table:TokenTable):
                            f'(?={first(table.ident_led)}){_trie_regex(table.ident_led)}' if table.ident_led else r'(?!)'),
              ('raw', r'r#*"'), ('ident', _IDENT.pattern), ('num', _RADIX), ('badnum', _BAD_NUM), ('dec', _DECIMAL),
              ('line', r'--[^\n]*'), ('doc', r'/-[-!]'), ('block', r'/-'), ('str', r'"(?:[^"\\]|\\.)*"'), ('openstr',
-                                                                                                          '"'),
+                 '"'),
              ('char', rf"'(?!'){_CHAR_BODY}'"), ('badchar', r"'(?!')"), ('name', rf"`(?=[{ID_FIRST}«])"),
              ('sym', f'(?={first(table.symbols)}){_trie_regex(table.symbols)}' if table.symbols else r'(?!)'),
              ('tab', r'\t'), ('badesc', '«'), ('other', r'.')]
@@ -106,7 +106,7 @@ _OPEN_LINE = re.compile(r"\bopen\s+((?:[^\s()\[\]]+[ \t]*)+)")
 def _opens_in(text:str) -> tuple:
     "The header's opens plus every namespace an `open` in `text` names (scoped tokens count after an `open`)."
     extra = sorted({w for m in _OPEN_LINE.finditer(text) for w in m.group(1).split()} - set(HEADER_OPENS) - {'in',
-                                                                                                             'hiding', 'renaming'})
+        'hiding', 'renaming'})
     return HEADER_OPENS + tuple(extra)
 
 # %% ../nbs/verifier/lean_tokens.ipynb #bfedaa42
@@ -139,7 +139,7 @@ def _scan(text:str, i:int, table:TokenTable, out:list, in_braces:bool) -> int:
                         state[2] += 1 if text[b - 1] == '{' else -1
                 out.append((kind, a, b))
                 if state[0] or state[1] is not None or (kind == 'symbol' and text[a:b] in interp): _advance(state,
-                                                                                                            text[a:b], kind, table)
+                    text[a:b], kind, table)
                 continue
             if kind == 'ws': continue
             i = _special(text, m, kind, table, out, state)

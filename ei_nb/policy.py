@@ -268,18 +268,15 @@ def load_policy(src=None,
         try: src = json.loads(Path(src).read_text(encoding='utf-8'))
         except (OSError, ValueError) as e: raise BadInput(f'policy {src}: {e}') from None
     if not isinstance(src, dict): raise BadInput(f'policy must be a JSON object, got {type(src).__name__}')
-    if bad := set(src) - set(pol): raise BadInput(f'policy: unknown keys {sorted(bad)}; expected rules, set_options, '
-                                                  f'axioms')
+    if bad := set(src) - set(pol): raise BadInput(f'policy: unknown keys {sorted(bad)}; expected rules, set_options, ' f'axioms')
     rules = src.get('rules', {})
-    if bad := set(rules) - set(pol['rules']): raise BadInput(f'policy: unknown rules {sorted(bad)}; known: '
-                                                             f'{sorted(pol["rules"])}')
+    if bad := set(rules) - set(pol['rules']): raise BadInput(f'policy: unknown rules {sorted(bad)}; known: ' f'{sorted(pol["rules"])}')
     if not all(isinstance(v, bool) for v in rules.values()): raise BadInput('policy: each rule must be true or false')
     pol['rules'].update(rules)
     for k in ('set_options', 'axioms'):
         if k in src:
             if not (isinstance(src[k], list) and all(isinstance(x,
-                                                                str) for x in src[k])): raise BadInput(f'policy: {k} '
-                                                                                                       f'must be a list of strings')
+                str) for x in src[k])): raise BadInput(f'policy: {k} ' f'must be a list of strings')
             pol[k] = list(src[k])
     return pol
 
@@ -415,7 +412,7 @@ class _TopLevel:
 
     def scope(self, c, k:int, main:bool):
         if c.last - k > 2 or (c.head == 'namespace' and c.last - k != 2): return self.deny(self.src.word(min(k + 2,
-                                                                                                             c.last - 1)), c.head_start)
+            c.last - 1)), c.head_start)
         self.scopes.append((c.head, self.src.line(c.head_start)))
         self.ok.update(range(k, c.last))
 
@@ -493,7 +490,7 @@ def _scoped_notation(src:LeanCode, dropped:set, hits:dict):
     for k in [k for k, w in enumerate(src.words) if w in ('open', 'namespace') and k not in dropped]:
         j = k + 1
         while j < len(src.toks) and src.toks[j][0] in ('ident', 'keyword') and src.words[j] not in ('in', 'hiding',
-                                                                                                    'renaming'):
+            'renaming'):
             ns = _plain(src.words[j])
             if {n for n in scoped if n == ns or n.endswith('.' + ns)} - set(src.opens) and not _same_after(src, k, ns):
                 pos = src.toks[k][1]
@@ -507,7 +504,7 @@ def _same_after(src:LeanCode, k:int, ns:str) -> bool:
     a = src.toks[k][1]
     ext = token_table(tuple(sorted(set(src.opens) | {n for n in token_data()['scoped_tokens'] if n == ns or n.endswith('.' + ns)})))
     return [t for t in tokenize(src.text[a:], ext) if t[0] != 'comment'] == [(kind, b - a, e - a) for kind, b,
-                                                                             e in src.toks[k:]]
+        e in src.toks[k:]]
 
 _SYNTAX = frozenset({'keyword', 'symbol'})
 
@@ -523,7 +520,7 @@ def _unknown_syntax(src:LeanCode, ok:set, hits:dict):
         (kind, a, _), w = src.toks[k], src.words[k]
         if kind not in _SYNTAX or k in ok: continue
         if kind == 'keyword' and '?' in w and 'search' not in hits: _hit(hits, 'search', f'{w!r} at line {src.line(a)}',
-                                                                         a)
+            a)
         elif token is None:
             token = w
             _hit(hits, 'token', f'{w!r} at line {src.line(a)} is syntax no published proof uses', a)

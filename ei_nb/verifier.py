@@ -38,7 +38,7 @@ class VerdictCache:
         return v if isinstance(v, dict) and v.get('verdict') in ('pass', 'fail') else None
     def put(self, key:str, verdict:str, reason:str|None, extra:dict|None=None):
         if verdict in ('pass', 'fail'): atomic_write_json(self._path(key), {'verdict': verdict, 'reason': reason,
-                                                                            **(extra or {})}, indent=None)
+            **(extra or {})}, indent=None)
 
 # %% ../nbs/verifier/verifier.ipynb #4bdf2c78
 class Verifier:
@@ -53,7 +53,7 @@ class Verifier:
         self.replay = replay if backend is not None and getattr(backend, 'pickles', None) else None
         if self.replay: self.identity = {**self.identity, 'replay': self.replay.identity}
         self.stats, self._lock, self._pool = dict.fromkeys(('lean_runs', 'cache_hits', 'reference_runs', 'replays'),
-                                                           0), threading.Lock(), None
+            0), threading.Lock(), None
         self._pickles = None
 
     def _lines(self, header:str, sent:str, line:int) -> set[int]:
@@ -69,8 +69,7 @@ class Verifier:
         self._count('reference_runs')
         reply = self.backend.run(problem['header'], sent, self.timeout)
         if not isinstance(reply, dict) or any(m.get('severity') == 'error' for m in reply.get('messages',
-                                                                                              []) if isinstance(m,
-                                                                                                                dict)):
+            []) if isinstance(m, dict)):
             raise LeanError(f"the reference statement does not elaborate in the header: {json.dumps(reply)[:200]}")
         typ = probed_type(reply, self._lines(problem['header'], sent, sent.count('\n')))
         if typ is None: raise LeanError('the reference statement: no type reported by the probe')
@@ -95,7 +94,7 @@ class Verifier:
         "The layers after extraction, for one sample; a verdict from Lean is cached."
         reason, body = prepare(code, problem, self.policy)
         if reason: return 'fail', reason, code, {'messages': [{'severity': 'error', 'rule': reason.split(':')[0],
-                                                               'text': reason}]}
+            'text': reason}]}
         if self.backend is None: return 'unchecked', None, code, {}
         key = cache_key(problem, code, self.policy, self.identity)
         if self.cache and (hit := self.cache.get(key)):
@@ -115,7 +114,7 @@ class Verifier:
             extra = self._messages(reply, header, sent, body) if verdict == 'fail' else {}
             if verdict == 'pass' and self.statement_check and not pickle:
                 got, want = probed_type(reply, self._lines(header, sent,
-                                                           axioms_line(sent) + 1)), self.reference_type(problem)
+                    axioms_line(sent) + 1)), self.reference_type(problem)
                 if got != want:
                     verdict, reason = 'fail', ('lean_statement: the type of the final theorem, read from Lean, differs '
                                                'from the reference '
@@ -148,8 +147,7 @@ class Verifier:
 
     def verify_one(self, problem:dict, sample:dict) -> dict:
         "The verdict record of one sample."
-        if problem['name'] != sample['name']: raise BadInput(f"sample of {sample['name']!r} paired with problem "
-                                                             f"{problem['name']!r}")
+        if problem['name'] != sample['name']: raise BadInput(f"sample of {sample['name']!r} paired with problem " f"{problem['name']!r}")
         t0 = time.perf_counter()
         verdict, reason, code, extra = self._check(problem, sample)
         return {'name': sample['name'], 'sample_idx': sample['sample_idx'], 'verdict': verdict, 'reason': reason,
