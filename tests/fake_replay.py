@@ -26,8 +26,8 @@ fake REPL's own type model (`fake_repl.fake_type`: the statement's text, normali
 it equals the replayed theorem's type (`same`/`differs`; `unchecked` without a reference, `no_reference` when the
 reference declares no such theorem). Before the replay, the kernel-bug guards of `EiReplay.lean` run on each added
 constant: a kind other than thm/defn (`induct`, `ctor`, `axiom`, `opaque`, ...), a stand-in's `"fvar": true`, a
-`"proj": STRUCT` not in the base's structures, or a `"nat_pow": [base, exponent]` whose base is not a numeral (a
-str) with a numeral exponent, or an exponent >= 2^24, is refused with the reason `kernel-bug guard: ...`.
+`"proj": STRUCT` not in the base's structures, or a `"nat_pow": [base, exponent]` whose base is a constant (a str)
+with a numeral exponent, or an exponent >= 2^24, is refused with the reason `kernel-bug guard: ...`.
 The base environment is "imported" once per process and import list.
 A stand-in's `fake_tool` field makes this process misbehave on that request: crash, garbage, hang, error.
 Options: --log FILE (appends `start PID`, `import PID`, `replay PID` lines), --import-delay S.
@@ -60,7 +60,7 @@ def guard(c:dict) -> str|None:
     if 'nat_pow' in c:
         b, e = c['nat_pow']
         if (not isinstance(b, int) and isinstance(e, int)) or (isinstance(e, int) and e >= 2 ** 24):
-            return f'{n}: Nat.pow on a base that is no numeral, or a huge exponent (lean4#8060, #15022)'
+            return f'{n}: Nat.pow on a constant base, or a huge exponent (lean4#8060, #15022)'
     return None
 
 class Rejected(Exception):

@@ -41,9 +41,8 @@ constant before the replay:
   holds an fvar of a seeded cache);
 * every `Expr.proj S i _` names a structure-like inductive type of the header's environment with i < its fields
   (lean4#14576: a projection whose structure does not match);
-* every `Nat.pow b e` has a numeral base (`b` a literal, or `OfNat.ofNat _ lit _`), or a non-literal exponent, and a
-  literal exponent below 2^24 (lean4#8060: `reduce_pow` read a non-literal base as a GMP number; lean4#15022: the
-  exponent 2^31 hung `mpz::pow`).
+* no `Nat.pow c e` with `c` a constant and `e` a literal, and no literal exponent of 2^24 or more (lean4#8060:
+  `reduce_pow` read a constant base as a GMP number; lean4#15022: the exponent 2^31 hung `mpz::pow`).
 -/
 import Lean
 import Lean.Replay
@@ -117,11 +116,11 @@ def axiomsOf (env : Environment) (n : Name) : Array Name := axiomsFrom env [n] {
 
 def failed (why : String) : Json := Json.mkObj [("ok", toJson false), ("reason", toJson why)]
 
-/-- A numeral as the kernel's `Nat` literal extension sees one: a raw literal or `OfNat.ofNat _ lit _`. -/
-def isNumeral : Expr → Bool
-  | .lit (.natVal _) => true
-  | .mdata _ e => isNumeral e
-  | e => e.isAppOfArity ``OfNat.ofNat 3 && (e.getArg! 1).isRawNatLit
+/-- A constant (not a numeral) as the base of `Nat.pow`: the shape lean4#8060's kernel read as a literal. -/
+def isConstBase : Expr → Bool
+  | .const _ _ => true
+  | .mdata _ e => isConstBase e
+  | _ => false
 
 def literalValue : Expr → Option Nat
   | .lit (.natVal n) => some n
@@ -131,7 +130,7 @@ def literalValue : Expr → Option Nat
 /-- The first subterm of `e` that a guard refuses, described. -/
 def badSubterm (base : Environment) (e : Expr) : Option String :=
   let hit := e.find? fun x =>
-    (x.isAppOfArity ``Nat.pow 2 && (!isNumeral (x.getArg! 0) && (literalValue (x.getArg! 1)).isSome
+    (x.isAppOfArity ``Nat.pow 2 && (isConstBase (x.getArg! 0) && (literalValue (x.getArg! 1)).isSome
         || (literalValue (x.getArg! 1)).any (· ≥ 2 ^ 24)))
     || (match x with
         | .proj s i _ => match getStructureLikeNumFields base s with
@@ -140,7 +139,7 @@ def badSubterm (base : Environment) (e : Expr) : Option String :=
         | _ => false)
   hit.map fun
     | .proj s _ _ => s!"a projection of {s}, not a field of a structure of the header (lean4#14576)"
-    | _ => "Nat.pow on a base that is no numeral, or a huge exponent (lean4#8060, #15022)"
+    | _ => "Nat.pow on a constant base, or a huge exponent (lean4#8060, #15022)"
 
 /-- The kernel-bug guards (see the module doc) on one added constant: `none` when it passes. -/
 def guard (base : Environment) (ci : ConstantInfo) : Option String :=
@@ -148,9 +147,10 @@ def guard (base : Environment) (ci : ConstantInfo) : Option String :=
     | .thmInfo _ | .defnInfo _ => none
     | _ => some s!"{ci.name} declares an inductive type, constructor, recursor, opaque, quotient or axiom"
   let exprs := ci.type :: (match ci.value? with | some v => [v] | none => [])
-  kind <|> (if exprs.any (fun e => e.hasFVar || e.hasMVar || e.hasLooseBVars) then
-    some s!"{ci.name} holds a free, meta or loose bound variable (lean4#14484)" else none)
-    <|> exprs.findSome? (badSubterm base) |>.map (s!"{ci.name}: " ++ ·)
+  if kind.isSome then kind
+  else if exprs.any (fun e => e.hasFVar || e.hasMVar || e.hasLooseBVars) then
+    some s!"{ci.name} holds a free, meta or loose bound variable (lean4#14484)"
+  else (exprs.findSome? (badSubterm base)).map (s!"{ci.name}: " ++ ·)
 
 /-- The type of the reference statement elaborated from the header's imports alone, in this process. -/
 def referenceType (base : Environment) (name : Name) (text : String) : IO (Option Expr) := do
