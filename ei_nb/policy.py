@@ -129,7 +129,8 @@ RULES = [
     dict(rule='native_decide', names=('native_decide', 'ofReduceBool', 'ofReduceNat', 'reduceBool', 'reduceNat',
                                       'trustCompiler',
                                       'native', 'bv_decide', 'bv_decide?'),
-         why='trusts compiled code instead of the kernel (`decide +native`, `bv_decide` too); switching the rule off also allows its axioms',
+         why='trusts compiled code instead of the kernel (`decide +native`, `bv_decide` too); switching the rule off '
+             'also allows its axioms',
          axioms=('Lean.ofReduceBool', 'Lean.ofReduceNat', 'Lean.trustCompiler')),
     dict(rule='unsafe', keywords=('implemented_by', 'extern', 'unsafe', 'partial'),
          names=('unsafeCast', 'unsafeIO', 'unsafeBaseIO', 'unsafeEIO', 'ptrAddrUnsafe'),
@@ -144,7 +145,8 @@ RULES = [
                                   'term_elab', 'delab', 'app_unexpander'),
          why='can change what the statement or a tactic means while its text still matches'),
     dict(rule='instance', keywords=('instance', 'default_instance', 'attribute', 'unif_hint'),
-         why='a new instance (also `attribute [instance]`, a unification hint) can change what +, ≤ or / mean in the statement'),
+         why='a new instance (also `attribute [instance]`, a unification hint) can change what +, ≤ or / mean in the '
+             'statement'),
     dict(rule='metaprogram', keywords=('run_cmd', 'run_elab', 'run_meta', 'run_tac', 'run_conv', 'by_elab', '#eval',
                                        'eval%',
                                        'initialize', 'builtin_initialize', 'simproc', 'dsimproc', 'simproc_decl',
@@ -165,12 +167,14 @@ RULES = [
                                   'simp?', 'simp?!', 'simp_all?', 'dsimp?', 'simpa?', 'aesop?', 'norm_num?', 'field_simp?',
                                   'positivity?', 'decide?', 'gcongr?', 'bound?', 'fun_prop?', 'show_term', 'extract_goal',
                                   'conv?', 'unfold?', 'rw_mod_cast?'),
-         rejects='apply?, exact?, rw?, have?, observe, hint, slim_check, polyrith, says, and every other tactic whose name '
+         rejects='apply?, exact?, rw?, have?, observe, hint, slim_check, polyrith, says, and every other tactic whose '
+                 'name '
                  'is a keyword ending in `?` (a search or a suggestion)',
          why='library search under any name: slow, it runs code and calls out (`polyrith` asks a web service), and its '
              'answer is a suggestion, not the proof written (Goedel-Prover-V2 bans it)'),
     dict(rule='hash_command',
-         rejects='any #command but `#print axioms NAME` (allowed anywhere, removed before Lean runs): #print "…", #guard_msgs, #check, …',
+         rejects='any #command but `#print axioms NAME` (allowed anywhere, removed before Lean runs): #print "…", '
+                 '#guard_msgs, #check, …',
          why='#guard_msgs swallows errors, #print "…" can imitate the axiom report; a proof needs none'),
     dict(rule='set_option', rejects='set_option NAME unless NAME is in policy["set_options"] (so debug.*, trace.*, …)',
          why='debug.skipKernelTC and similar options skip kernel checking; only harmless limits are allowed'),
@@ -181,20 +185,27 @@ RULES = [
     dict(rule='scope', keywords=('namespace', 'section', 'end', 'variable', 'variables', 'variable?', 'variable!',
                                  'universe', 'export',
                                  'mutual', 'include', 'omit'),
-         why='`variable(s)` adds hypotheses to the theorem (before Lean 4.11 whenever the proof uses one); scope commands inside a proof are commands'),
+         why='`variable(s)` adds hypotheses to the theorem (before Lean 4.11 whenever the proof uses one); scope '
+             'commands inside a proof are commands'),
     dict(rule='import', keywords=('import',),
          why="the problem's header is the one used; a late import is an error anyway (leading ones are dropped)"),
     dict(rule='lexer',
-         rejects='an unterminated comment, string, character or «name», a tab, a malformed numeral, a character no token begins with',
+         rejects='an unterminated comment, string, character or «name», a tab, a malformed numeral, a character no '
+                 'token begins with',
          why='Lean reports it as an error; the rest of the file would be read differently'),
     dict(rule='toplevel', keywords=('theorem', 'lemma'),
-         rejects='a command outside the allow-list (whatever its column); a modifier or attribute but `@[simp]`, `private`, `protected`, '
-                 '`noncomputable`; a `… in` prefix but `open … in`/`set_option … in`; `theorem`/`lemma` where Lean does not start a command',
-         why='deny by default: whatever a whole-proof prover does not need cannot be trusted not to change the statement'),
+         rejects='a command outside the allow-list (whatever its column); a modifier but `private`, `protected`, '
+                 '`noncomputable` (an attribute: rule `attribute`); a `… in` prefix but `open … in`/`set_option … in`; `theorem`/`lemma` where Lean '
+                 'does not start a command',
+         why='deny by default: whatever a whole-proof prover does not need cannot be trusted not to change the '
+             'statement'),
     dict(rule='open',
-         rejects='`open A in` before the theorem (also at the end of the line above); `open A` before it opening what the header '
-                              'does not; an `open` whose arguments are not all names (`hiding`, `renaming`, `scoped`, the lines it swallows); '
-                              'an `open`/`namespace` whose scoped notation (not opened by the header) changes how the text after it reads',
+         rejects='`open A in` before the theorem (also at the end of the line above); `open A` before it opening what '
+                 'the header '
+                              'does not; an `open` whose arguments are not all names (`hiding`, `renaming`, `scoped`, '
+                              'the lines it swallows); '
+                              'an `open`/`namespace` whose scoped notation (not opened by the header) changes how the '
+                              'text after it reads',
          why='an `open` that reaches the statement can change which constant a name in it denotes'),
     dict(rule='namespace', rejects='the theorem declared inside a `namespace`',
          why="inside `namespace N` the theorem is `N.name`, and the statement's names resolve in N first"),
@@ -227,14 +238,19 @@ _LEAN_RULES = [
     dict(rule='lean_sorry', rejects="non-empty sorries, warning \"declaration uses 'sorry'\" (or `sorry`)",
          why='an unfinished proof'),
     dict(rule='axioms',
-         rejects='no report from OUR `#print axioms _root_.NAME` (matched by its position and by the root name), or an axiom beyond policy["axioms"]',
+         rejects='no report from OUR `#print axioms _root_.NAME` (matched by its position and by the root name), or an '
+                 'axiom beyond policy["axioms"]',
          why="the kernel's account: the theorem exists under its name and assumes only the standard axioms"),
     dict(rule='lean_statement',
-         rejects="the final theorem's type, read from Lean, differs from the reference statement elaborated in the header alone",
-         why='a check that does not trust text: notation, instances or opens that change the statement show up as a different type'),
+         rejects="the final theorem's type, read from Lean, differs from the reference statement elaborated in the "
+                 "header alone",
+         why='a check that does not trust text: notation, instances or opens that change the statement show up as a '
+             'different type'),
     dict(rule='replay',
-         rejects="a declaration the proof added that Lean's kernel rejects when replayed into the header's environment; "
-                                "the theorem not among them; its axioms or type, read from the replayed environment, not allowed or not the reference's",
+         rejects="a declaration the proof added that Lean's kernel rejects when replayed into the header's "
+                 "environment; "
+                                "the theorem not among them; its axioms or type, read from the replayed environment, "
+                                "not allowed or not the reference's",
          why='a check that does not trust the environment Lean left: a declaration a metaprogram added unchecked '
              '(`addDecl` without the kernel, `debug.skipKernelTC`, a forged environment) fails the kernel'),
 ]
@@ -404,10 +420,12 @@ class _TopLevel:
         args = range(k + 1, c.last)
         if bad := [i for i in args if src.toks[i][0] != 'ident']:
             return self.note('open',
-                             f'`open` at line {src.line(pos)}: {src.word(bad[0])!r} (line {src.line(src.toks[bad[0]][1])}) is not a namespace', pos)
+                             f'`open` at line {src.line(pos)}: {src.word(bad[0])!r} (line '
+                             f'{src.line(src.toks[bad[0]][1])}) is not a namespace', pos)
         if not self.seen_main and (extra := {src.word(i) for i in args} - self.opens):
             return self.note('open',
-                             f"`open {' '.join(sorted(extra))}` at line {src.line(pos)}: before the theorem only the header's opens {sorted(self.opens)}", pos)
+                             f"`open {' '.join(sorted(extra))}` at line {src.line(pos)}: before the theorem only the "
+                             f"header's opens {sorted(self.opens)}", pos)
         self.ok.update(range(k, c.last))
 
     def scope(self, c, k:int, main:bool):
@@ -495,7 +513,8 @@ def _scoped_notation(src:LeanCode, dropped:set, hits:dict):
             if {n for n in scoped if n == ns or n.endswith('.' + ns)} - set(src.opens) and not _same_after(src, k, ns):
                 pos = src.toks[k][1]
                 return _hit(hits, 'open',
-                            f"`{src.words[k]} {ns}` at line {src.line(pos)}: the scoped notation of {ns} makes Lean read the text "
+                            f"`{src.words[k]} {ns}` at line {src.line(pos)}: the scoped notation of {ns} makes Lean "
+                            f"read the text "
                                           f"after it otherwise than the header's tokens do", pos)
             j += 1
 

@@ -118,7 +118,8 @@ class Verifier:
                 if got != want:
                     verdict, reason = 'fail', ('lean_statement: the type of the final theorem, read from Lean, differs '
                                                'from the reference '
-                                               f'statement elaborated in the header alone: {str(got)[:120]!r} vs {want[:120]!r}')
+                                               f'statement elaborated in the header alone: {str(got)[:120]!r} vs '
+                                               f'{want[:120]!r}')
             if verdict == 'pass' and pickle: verdict, reason = self._replayed(problem, name, pickle)
             elif verdict == 'pass' and getattr(self.backend, 'runs_candidate_code', True): extra = {'unreplayed': True}
         finally:
