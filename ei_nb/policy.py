@@ -127,8 +127,7 @@ RULES = [
          why='closes any goal without proving it (`stop` is `repeat sorry`)'),
     dict(rule='axiom', keywords=('axiom',), why='assumes what should be proved'),
     dict(rule='native_decide', names=('native_decide', 'ofReduceBool', 'ofReduceNat', 'reduceBool', 'reduceNat',
-                                      'trustCompiler',
-                                      'native', 'bv_decide', 'bv_decide?'),
+                                      'trustCompiler', 'native', 'bv_decide', 'bv_decide?'),
          why='trusts compiled code instead of the kernel (`decide +native`, `bv_decide` too); switching the rule off '
              'also allows its axioms',
          axioms=('Lean.ofReduceBool', 'Lean.ofReduceNat', 'Lean.trustCompiler')),
@@ -140,23 +139,21 @@ RULES = [
          why='an attribute runs code or changes meaning: `instance`, `command_elab`, `tactic`, `norm_num` extensions, '
              '`implemented_by`, also spelled `«instance»`; no published proof uses one'),
     dict(rule='syntax', keywords=('macro', 'macro_rules', 'syntax', 'declare_syntax_cat', 'notation', 'notation3',
-                                  'infix', 'infixl',
-                                  'infixr', 'prefix', 'postfix', 'elab', 'elab_rules', 'binder_predicate', 'command_elab',
+                                  'infix', 'infixl', 'infixr', 'prefix', 'postfix', 'elab', 'elab_rules', 'binder_predicate',
+                                  'command_elab',
                                   'term_elab', 'delab', 'app_unexpander'),
          why='can change what the statement or a tactic means while its text still matches'),
     dict(rule='instance', keywords=('instance', 'default_instance', 'attribute', 'unif_hint'),
          why='a new instance (also `attribute [instance]`, a unification hint) can change what +, ≤ or / mean in the '
              'statement'),
     dict(rule='metaprogram', keywords=('run_cmd', 'run_elab', 'run_meta', 'run_tac', 'run_conv', 'by_elab', '#eval',
-                                       'eval%',
-                                       'initialize', 'builtin_initialize', 'simproc', 'dsimproc', 'simproc_decl',
+                                       'eval%', 'initialize', 'builtin_initialize', 'simproc', 'dsimproc', 'simproc_decl',
                                        'dsimproc_decl', 'register_simp_attr', 'register_option', 'run_io',
                                        'println!', 'dbg_trace', 'aesop_trace![', 'aesop_trace[', 'trace[', 'm!', 's!', 'f!',
                                        'throwError', 'throwErrorAt', 'logInfo', 'unreachable!', 'panic!', 'assert!',
                                        'dbgTrace', 'dbg_trace_if_shared', 'elab_stx_quot'),
          names=('IO', 'EIO', 'BaseIO', 'IO.Process', 'evalExpr', 'evalConst', 'evalTactic', 'runTactic',
-                'liftCommandElabM',
-                'liftTermElabM', 'addDecl', 'addAndCompile'),
+                'liftCommandElabM', 'liftTermElabM', 'addDecl', 'addAndCompile'),
          why='runs arbitrary code at elaboration time: can add unchecked declarations, set options, log fake messages '
              '(`run_io` is the Lake DSL\'s, in the environment through Mathlib\'s `Lake` import)'),
     dict(rule='exit', keywords=('#exit',),
@@ -167,9 +164,7 @@ RULES = [
                                   'simp?', 'simp?!', 'simp_all?', 'dsimp?', 'simpa?', 'aesop?', 'norm_num?', 'field_simp?',
                                   'positivity?', 'decide?', 'gcongr?', 'bound?', 'fun_prop?', 'show_term', 'extract_goal',
                                   'conv?', 'unfold?', 'rw_mod_cast?'),
-         rejects='apply?, exact?, rw?, have?, observe, hint, slim_check, polyrith, says, and every other tactic whose '
-                 'name '
-                 'is a keyword ending in `?` (a search or a suggestion)',
+         rejects='apply?, exact?, rw?, have?, observe, hint, slim_check, polyrith, says, any keyword with `?` (a search)',
          why='library search under any name: slow, it runs code and calls out (`polyrith` asks a web service), and its '
              'answer is a suggestion, not the proof written (Goedel-Prover-V2 bans it)'),
     dict(rule='hash_command',
@@ -183,8 +178,7 @@ RULES = [
          why='a new definition can shadow or overload a name the statement uses and is unfolded by decide/rfl/simp; '
              'helper lemmas need none (a plain helper `def` too: see above)'),
     dict(rule='scope', keywords=('namespace', 'section', 'end', 'variable', 'variables', 'variable?', 'variable!',
-                                 'universe', 'export',
-                                 'mutual', 'include', 'omit'),
+                                 'universe', 'export', 'mutual', 'include', 'omit'),
          why='`variable(s)` adds hypotheses to the theorem (before Lean 4.11 whenever the proof uses one); scope '
              'commands inside a proof are commands'),
     dict(rule='import', keywords=('import',),
@@ -532,9 +526,16 @@ def syntax_allowlist() -> frozenset:
     "The syntax tokens published honest proofs use (`ei_nb/data/lean_syntax_allowlist.json`, tools/gen_syntax_allowlist.py)."
     return frozenset(json.loads((files('ei_nb')/'data'/'lean_syntax_allowlist.json').read_text(encoding='utf-8'))['tokens'])
 
-def _unknown_syntax(src:LeanCode, ok:set, hits:dict):
+@lru_cache(maxsize=8192)
+def _statement_syntax(formal_statement:str, opens:tuple) -> frozenset:
+    "The syntax tokens of a problem's own statement: trusted input, admitted in its proofs (a pool's notation)."
+    src = _reference(formal_statement, opens)[2]
+    return frozenset(w for (kind, _, _), w in zip(src.toks, src.words) if kind in _SYNTAX)
+
+def _unknown_syntax(src:LeanCode, ok:set, hits:dict, statement:str=''):
     "Rule `token`: the first keyword or symbol outside the allow-list (and the walk's `ok`); `search`: a keyword with `?`."
-    unknown, token = set(src.words) - syntax_allowlist() - _WORDS.keys(), None   # a rule that names it decides
+    known = syntax_allowlist() | _statement_syntax(statement, src.opens)
+    unknown, token = set(src.words) - known - _WORDS.keys(), None   # a rule that names it decides
     for k in [k for k, w in enumerate(src.words) if w in unknown]:           # the few candidates, picked at C speed
         (kind, a, _), w = src.toks[k], src.words[k]
         if kind not in _SYNTAX or k in ok: continue
@@ -568,7 +569,7 @@ def _verdicts(src:LeanCode, problem:dict, policy:dict) -> tuple[list, list, list
     _scoped_notation(src, {k for i in skip for k in range(src.cmds[i].first, src.cmds[i].last)}, hits)
     walk = _TopLevel(src, problem, policy, hits).run(skip)
     _scan(src, walk.ok, policy['set_options'], hits)
-    _unknown_syntax(src, walk.ok, hits)
+    _unknown_syntax(src, walk.ok, hits, problem['formal_statement'])
     failed = []
     for r in RULES:
         rule = r['rule']

@@ -202,3 +202,12 @@ def test_the_allow_list_is_what_the_generator_makes_and_its_held_out_cost_is_rec
     bundled = set().union(*(syntax_tokens(t) for _, t in every)) - set(rule_words())
     assert bundled <= syntax_allowlist()                                 # every bundled proof's syntax is on the list
     assert not {'run_conv', 'eval%', 'observe', 'hint', 'slim_check', 'println!', '@['} & syntax_allowlist()
+
+def test_a_problems_own_notation_is_admitted_in_its_proofs():
+    """The statement is trusted input: its syntax tokens are admitted in its proofs even when no published proof uses
+    them (a training pool's notation: `⋃`, `∅` are not on the list), and only there."""
+    assert not {'⋃', '∅'} & syntax_allowlist()
+    stmt = 'theorem union_empty (s : ℕ → Set ℕ) (h : ∀ i, s i = ∅) : (⋃ i, s i) = ∅ := by\n'
+    prob = {'name': 'union_empty', 'header': H, 'formal_statement': stmt}
+    assert precheck(H + stmt + '  simp [h]\n', prob) is None
+    assert precheck(H + S + '  have : (∅ : Set ℕ) = ∅ := rfl\n' + RING, P).startswith("token: '∅'")
