@@ -4,15 +4,16 @@
 1. Extraction + pre-check throughput on real-length completions: each of DeepSeek-Prover-V2's 438
    miniF2F solutions wrapped as a Goedel-style completion (reasoning prose, a draft block, the final
    ```lean4 block) padded to about --chars characters (5,000 tokens is about 15,000 characters).
-   With --before REF (default 03c78cb, the pre-check before issue 28) the pre-check of that commit (ei_nb/policy.py
-   read from git) is measured on the same completions in the same run, so the two numbers share the machine's load.
+   With --before REF (default d868896, the pre-check before issue 36's allow-list; 03c78cb is the one before issue 28)
+   the pre-check of that commit (ei_nb/policy.py read from git, on today's tokenizer) is measured on the same
+   completions in the same run, so the two numbers share the machine's load. --precheck-only stops there.
 2. Pool overhead per proof: the REPL pool against tests/fake_repl.py answering instantly (the cost
    of our process layer, JSON and pre-check per proof, not of Lean), for 1 and 2 workers; the same for
    a warm verdict cache and for the one-process-per-proof `lean` backend (fake `lean`).
 3. The kernel replay's overhead per passing proof on the stand-ins: the same pool with the replay (the fake
    REPL's `pickleTo` + one request to tests/fake_replay.py) against the pool without it.
 
-Usage: OMP_NUM_THREADS=1 python bench/bench_verify.py [--n 400] [--chars 15000] [--before REF]
+Usage: OMP_NUM_THREADS=1 python bench/bench_verify.py [--n 400] [--chars 15000] [--before REF] [--precheck-only]
 Prints one JSON object per measurement, then a summary table.
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile, time, types
@@ -48,7 +49,8 @@ def completion(r, problem, chars):
 
 def _safe(check, code, p):
     try: return check(code, p)
-    except Exception as e: return f'crash: {type(e).__name__}'      # the former pre-check raised IndexError on some honest proofs
+    # the former pre-check raised IndexError on some honest proofs
+    except Exception as e: return f'crash: {type(e).__name__}'
 
 def bench_precheck(pairs, reps=3, check=precheck, label='extract+precheck'):
     # wall time on a shared machine counts other processes' time too; the CPU time of this (single-threaded)
@@ -82,11 +84,25 @@ def bench_pool(pairs, backend, workers, project, cache_dir=None, **kw):
             'proofs': len(res), **counts, 'wall_s': round(wall, 3), 'ms_per_proof': round(1000 * wall / len(res), 3),
             'proofs_per_s': round(len(res) / wall), **stats}
 
+def _report(results, before, replay=()):
+    "Print the measurements (one JSON object each) and the pre-check's lines; return them."
+    for r in results + before + list(replay): print(json.dumps(r))
+    for r in before:
+        print(f"{r['bench']}: {r['completions_per_s']} completions/s wall, {r['completions_per_cpu_s']} per CPU-second "
+              f"({r['ms_per_completion']} ms each; {r['passed']} passed)", file=sys.stderr)
+    r = results[0]
+    print(f"\nextract+precheck: {r['completions_per_s']} completions/s wall, {r['completions_per_cpu_s']} per "
+          f"CPU-second ({r['ms_per_completion']} ms each, mean {r['mean_chars']} chars; extraction alone "
+          f"{r['extract_only_ms']} ms; load average {r['load_avg_1min']} on {os.cpu_count()} cores)", file=sys.stderr)
+    return results + before + list(replay)
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--n', type=int, default=400, help='proofs through each pool configuration')
     ap.add_argument('--chars', type=int, default=15000, help='target completion length in characters')
-    ap.add_argument('--before', default='03c78cb', help='git commit whose pre-check is measured beside this one ("" for none)')
+    ap.add_argument('--before', default='d868896',
+                    help='git commit whose pre-check is measured beside this one ("" for none)')
+    ap.add_argument('--precheck-only', action='store_true', help='measure the pre-check only (no pools)')
     a = ap.parse_args(argv)
     minif2f = {r['name']: r for r in map(json.loads, open(shared_data('minif2f_dsp15.jsonl'), encoding='utf-8'))}
     sols = [json.loads(l) for l in open(shared_data('deepseek_prover_v2_minif2f_solutions.jsonl'), encoding='utf-8')]
@@ -94,6 +110,7 @@ def main(argv=None):
     old = former_precheck(a.before) if a.before else None
     results = [bench_precheck(pairs)]
     before = [bench_precheck(pairs, check=old, label=f'extract+precheck @ {a.before}')] if old else []
+    if a.precheck_only: return _report(results, before)
     good = [(p, c) for p, c in pairs if precheck(extract_code(c), p) is None]
     pool_pairs = (good * (a.n // len(good) + 1))[:a.n]
     with tempfile.TemporaryDirectory() as proj:
@@ -107,13 +124,7 @@ def main(argv=None):
                                   replay=False))
         replay = [bench_pool(pool_pairs, 'repl', 1, proj, repl_cmd=[sys.executable, FAKE], mem_mb=None, replay=on, statement_check=False,
                              **({'replay_cmd': [sys.executable, FAKE_REPLAY]} if on else {})) for on in (False, True)]
-    for r in results + before + replay: print(json.dumps(r))
-    for r in before:
-        print(f"{r['bench']}: {r['completions_per_s']} completions/s wall, {r['completions_per_cpu_s']} per CPU-second "
-              f"({r['ms_per_completion']} ms each; {r['passed']} passed)", file=sys.stderr)
-    print(f"\nextract+precheck: {results[0]['completions_per_s']} completions/s wall, {results[0]['completions_per_cpu_s']} per CPU-second "
-          f"({results[0]['ms_per_completion']} ms each, mean {results[0]['mean_chars']} chars; extraction alone {results[0]['extract_only_ms']} ms; "
-          f"load average {results[0]['load_avg_1min']} on {os.cpu_count()} cores)", file=sys.stderr)
+    _report(results, before, replay)
     for r in results[1:]:
         print(f"{r['bench']:<18} workers={r['workers']}  {r['ms_per_proof']:>7.3f} ms/proof  ({r['proofs_per_s']} proofs/s, "
               f"{r['pass']} pass / {r['proofs']})", file=sys.stderr)

@@ -212,6 +212,7 @@ class ArithBackend:
     "A verifier back-end for the arith fragment: `run(header, code, timeout)` returns a Lean REPL reply; no Lean."
     identity = {'backend': 'arith', 'grammar': 1,
                 'replay': 'none: the checker decides the text exactly, nothing is elaborated'}
+    runs_candidate_code = False   # nothing a proof writes runs here: its passes are not `unreplayed` (issue 36)
 
     def run(self, header:str, code:str, timeout:float=0) -> dict:
         if header != ARITH_HEADER:

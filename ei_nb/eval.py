@@ -138,6 +138,7 @@ import json, time
 from pathlib import Path
 from .core import EVAL_CAP, read_problems, read_samples, read_verdicts, sha256_json
 from .layout import EvalLayout, write_stage_json
+from .lean_reply import unreplayed_check
 
 # %% ../nbs/04_eval.ipynb #a6de21fc
 def check_scored_set(problems:list[dict], allow_test_selection:bool=False) -> list[dict]:
@@ -242,8 +243,8 @@ def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF
              started:float|None=None, # `time.time()` when the stage began (None: now)
              log=print, progress:bool|None=None,
              serve:dict|None=None, serve_log=None, # sampler served: the config's [serve], the server's log (None: logs/ in out_dir)
-             max_error_frac:float=0.1) -> dict: # more Lean checks than this share ending in `error` stop the evaluation (exit 3)
-    "Sample, verify and score the scored set: records and plot into `out_dir`, the numbers (returned) into its `stage.json`."
+             max_error_frac:float=0.1, allow_unreplayed:bool=False) -> dict: # `error` share that stops (exit 3); see below
+    "Sample, verify, score the scored set (refusing passes no kernel replay confirmed unless `allow_unreplayed`)."
     started, source = started or time.time(), problems if isinstance(problems, (str, Path)) else None
     problems, files = check_scored_set(read_problems(source) if source else list(problems), allow_test_selection), EvalLayout(Path(out_dir))
     if verify_backend == 'none': log('eval: verify backend none runs the pre-check only: no sample can pass')
@@ -260,7 +261,7 @@ def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF
                                **{f'verify_{k}': v for k,v in verifier.items() if k not in ('workers', 'endpoints')}},
                               log=log, progress=progress)
     samples, verdicts = read_samples(files.samples, False), read_verdicts(files.verdicts, False)
-    result = eval_summary(samples, verdicts, n) | {
+    result = unreplayed_check(verdicts, allow_unreplayed, 'eval') | eval_summary(samples, verdicts, n) | {  # issue 36
         'n_dropped': stats['n_dropped'], 'dropped': [d['name'] for d in stats['dropped']],
         'model': str(model_dir), 'round': round_idx,
         'problems': {'n': len(problems), 'splits': sorted({p['split'] for p in problems}), 'sha256': sha256_json(problems)},
@@ -285,6 +286,7 @@ def eval_cli(argv):
     p.add_argument('--verify-backend', default='none', help='a verifier back-end (none, repl, lean, server, known) or package.module:factory')
     p.add_argument('--allow-test-selection', action='store_true', help='allow test-split problems (one-round diagnostic)')
     p.add_argument('--round', type=nonneg_int, default=0)
+    p.add_argument('--allow-unreplayed', action='store_true', help='score passes no kernel replay confirmed (recorded)')
     a = p.parse_args(argv)
     check_output(a.out_dir, [a.problems, a.policy], '--out-dir', is_dir=True)
     problems = a.problems   # the file itself (its hash goes into stage.json), unless a split is taken out of it
@@ -294,4 +296,5 @@ def eval_cli(argv):
     return run_eval(problems, a.model, a.out_dir, a.n, a.max_new_tokens, a.seed, a.temperature, a.top_p, a.backend,
                     sampler_options(a, EvalLayout(Path(a.out_dir)).server_log), a.verify_backend, a.lean_project, a.workers, a.timeout,
                     a.endpoint, a.policy, a.cache_dir, a.prompt_style, a.allow_test_selection, a.round, a.chunk_problems,
-                    a.max_prompt_frac, log=say, known_proofs=a.known_proofs, max_error_frac=a.max_error_frac)
+                    a.max_prompt_frac, log=say, known_proofs=a.known_proofs, max_error_frac=a.max_error_frac,
+                    allow_unreplayed=a.allow_unreplayed)

@@ -11,7 +11,8 @@ from .lean_tokens import TokenTable, token_table, tokenize, _opens_in
 __all__ = ['MODIFIERS', 'Command', 'split_commands']
 
 # %% ../nbs/verifier/lean_commands.ipynb #b36a9cac
-MODIFIERS = frozenset({'@[', '/--', 'private', 'protected', 'noncomputable', 'unsafe', 'partial', 'nonrec', 'local', 'scoped'})
+MODIFIERS = frozenset({'@[', '/--', 'private', 'protected', 'noncomputable', 'unsafe', 'partial', 'nonrec', 'local',
+                       'scoped'})
 _PREFIXED = {'class': {'inductive', 'abbrev', 'structure'}, 'deriving': {'instance'}, 'open': {'scoped'}}
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +48,8 @@ def _open_in_kind(text:str, toks:list, k:int, starts) -> str:
     else: return 'command'
     if j + 1 >= n or toks[j + 1][0] == 'doc': return 'command'
     nxt = _word(text, toks[j + 1])
-    if nxt in ('open', 'set_option'): return _open_in_kind(text, toks, j + 1, starts)    # `open A in set_option o v in …`
+    # `open A in set_option o v in …`
+    if nxt in ('open', 'set_option'): return _open_in_kind(text, toks, j + 1, starts)
     return 'command' if nxt in starts else 'inner'
 
 # %% ../nbs/verifier/lean_commands.ipynb #e3149cfe
@@ -58,7 +60,8 @@ def split_commands(text:str, tokens:list|None=None, table:TokenTable|None=None) 
     starts, out, depth, cur = table.command_starts | MODIFIERS | {'/-!'}, [], 0, None
     for k, tok in enumerate(toks):
         kind = tok[0]
-        if kind not in _WORDY and cur is not None and not cur['expect']: continue     # names, numerals, literals: nothing to decide
+        # names, numerals, literals: nothing to decide
+        if kind not in _WORDY and cur is not None and not cur['expect']: continue
         w = _word(text, tok)
         if depth == 0 and w in starts:
             if w in ('open', 'set_option') and _open_in_kind(text, toks, k, starts) == 'inner':
@@ -66,7 +69,8 @@ def split_commands(text:str, tokens:list|None=None, table:TokenTable|None=None) 
             elif _starts_here(text, toks, k, w, cur, starts):
                 if cur is not None: out.append(_close(cur, toks, k))
                 cur = dict(first=k, head='', head_start=tok[1], prefixes=[], expect=True, inner_in=0)
-        if cur is None: cur = dict(first=k, head='', head_start=tok[1], prefixes=[], expect=False, inner_in=0)   # text before any command
+        # text before any command
+        if cur is None: cur = dict(first=k, head='', head_start=tok[1], prefixes=[], expect=False, inner_in=0)
         if depth == 0 and (cur['expect'] or w == 'in'): _note(cur, text, toks, k, w, starts)
         if kind == 'symbol':
             if w[-1] in _OPEN: depth += 1
@@ -78,7 +82,8 @@ def _starts_here(text, toks, k, w, cur, starts) -> bool:
     "Does the command token `w` at k begin a new command (rather than continue the current one)?"
     if cur is None: return True
     prev = _word(text, toks[k - 1]) if k else ''
-    if prev == 'in' or w in _PREFIXED.get(prev, ()): return False          # `X in cmd`, `class inductive`, `deriving instance`
+    # `X in cmd`, `class inductive`, `deriving instance`
+    if prev == 'in' or w in _PREFIXED.get(prev, ()): return False
     if cur['expect'] and w != '/-!': return False                          # after modifiers: their declaration
     if w == 'deriving': return k + 1 < len(toks) and _word(text, toks[k + 1]) == 'instance'
     return True
@@ -88,7 +93,8 @@ def _note(cur:dict, text:str, toks:list, k:int, w:str, starts):
     if cur['expect']:
         if w not in MODIFIERS and w[-1] not in _OPEN: cur['head'], cur['head_start'], cur['expect'] = w, toks[k][1], False
     elif w == 'in' and cur['inner_in']: cur['inner_in'] -= 1
-    elif w == 'in' and cur['head'] and k + 1 < len(toks) and (_word(text, toks[k + 1]) in starts or toks[k + 1][0] == 'doc'):
+    elif w == 'in' and cur['head'] and k + 1 < len(toks) and (_word(text,
+        toks[k + 1]) in starts or toks[k + 1][0] == 'doc'):
         cur['prefixes'].append((cur['head_start'], toks[k][2]))
         cur['head'], cur['expect'] = '', True
 

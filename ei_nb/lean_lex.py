@@ -56,10 +56,10 @@ def _lex(text:str, i:int, out:list, stop_at_brace:bool) -> int:
         j, tok = m.start(), m.group()
         if j > i:
             out.append(('code', i, j))
-            if text[i:j].strip(): bang = -1                    # a pending `s!` needs the string next (blanks, comments between)
+            if text[i:j].strip(): bang = -1                    # a pending `s!` needs the string next (blanks between)
         e = m.end()
         if tok == '/-':
-            body = e + 1       # `/-x`: Lean skips x before it looks for nesting; `/--`, `/-!` (doc comments) start there too
+            body = e + 1       # `/-x`: Lean skips x before nesting; `/--`, `/-!` (doc comments) start there too
             e = _block_end(text, body) if body <= n else n + 1
             if e > n: e = n; out.append(('unterminated comment', j, j))
             out.append(('comment', j, e)); i = e; continue           # blanks and comments keep a pending `s!`
@@ -93,7 +93,7 @@ def _lex(text:str, i:int, out:list, stop_at_brace:bool) -> int:
                 if k < 0: out.append(('unterminated raw string', j, j)); e = n
                 else: e = k + len(close)
                 out.append(('string', j, e))
-        else:                                                  # s! m! f! throwError dbg_trace: the token, if it is not part of a name
+        else:                                   # s! m! f! throwError dbg_trace: the token, if it is not part of a name
             if _token_start(text, j) and not _BANG_END.match(text, e): bang = e
             out.append(('code', j, e))
         i = e
@@ -142,11 +142,11 @@ def labels(text:str) -> str:
 # %% ../nbs/records/lean_lex.ipynb #d5e0e093
 def code_only(text:str) -> str:
     "`text` with comments blanked (line breaks kept) and strings emptied to `\"\"`, chars to `' '`; code verbatim."
-    if _plain(text) or not _POINT.search(text): return text   # nothing can open a comment or a literal: all of it is code
+    if _plain(text) or not _POINT.search(text): return text   # nothing opens a comment or a literal: all is code
     return _code_only(text, spans(text))
 
 def _plain(text:str) -> bool:
-    "Nothing in `text` can open a comment, a string or a char literal (four substring tests, a few times faster than the search)."
+    "Nothing in `text` can open a comment, a string or a char literal (four substring tests, faster than the search)."
     return not ('--' in text or '/-' in text or '"' in text or "'" in text)
 
 def analyse(text:str) -> tuple[str, tuple[str, int]|None]:

@@ -14,7 +14,7 @@ from .lean_backends import Repl
 
 # %% auto #0
 __all__ = ['REPLAY_FILES', 'replay_sources', 'replay_dir', 'replay_binary', 'default_replay_bin', 'header_imports', 'ReplayError',
-           'ReplayTimeout', 'ReplayPool', 'replay_verdict', 'replay_skipped']
+           'ReplayTimeout', 'reference_command', 'ReplayPool', 'replay_verdict', 'replay_skipped']
 
 # %% ../nbs/verifier/lean_replay.ipynb #c7f025b0
 REPLAY_FILES = ('EiReplay.lean', 'lakefile.lean', 'lean-toolchain')
@@ -53,29 +53,44 @@ class ReplayError(LeanError):
 class ReplayTimeout(LeanError):
     "The replay did not answer in time: verdict `error` (retried by a later run), never `pass`."
 
+_STATEMENT = ('same', 'differs', 'unchecked', 'no_reference')
+
+def reference_command(problem:dict) -> str:
+    "What the replay tool elaborates as the reference: the header's commands but its imports, the statement, `sorry`."
+    keep = [line for line in problem['header'].split('\n') if not line.lstrip().startswith('import ')]
+    return '\n'.join(keep).strip() + '\n\n' + problem['formal_statement'].rstrip() + '\n  sorry\n'
+
 def _checked(answer:dict, cmd:list) -> dict:
     "The tool's answer when it has the protocol's shape, else `ReplayError`."
     if 'error' in answer: raise ReplayError(f'the replay tool {shlex.join(cmd)}: {str(answer["error"])[:300]}')
     if answer.get('ok') is True and isinstance(answer.get('type'), str) and isinstance(answer.get('replayed'), int) \
-            and isinstance(answer.get('axioms'), list) and all(isinstance(a, str) for a in answer['axioms']): return answer
+            and isinstance(answer.get('axioms'), list) and all(isinstance(a, str) for a in answer['axioms']) \
+            and answer.get('statement') in _STATEMENT:
+        if answer['statement'] == 'no_reference':
+            raise ReplayError(f"the replay tool {shlex.join(cmd)}: the reference statement does not elaborate in the "
+                              f"header")
+        return answer
     if answer.get('ok') is False and isinstance(answer.get('reason'), str): return answer
     raise ReplayError(f'the replay tool {shlex.join(cmd)} answered {json.dumps(answer)[:200]}')
 
 class ReplayPool:
     "Processes of the replay tool (`ei-replay`); `check` has one of them replay what one proof added."
-    def __init__(self, cmd:list, cwd=None, workers:int=1, mem_mb:int|None=None, max_uses:int=200, first_timeout:float=600,
+    def __init__(self, cmd:list, cwd=None, workers:int=1, mem_mb:int|None=None, max_uses:int=200,
+                 first_timeout:float=600,
                  sandbox=None): # an `ei_nb.sandbox.Sandbox` each tool runs in (None: as it is)
         self.cmd, self.first_timeout = list(cmd), first_timeout
         self.tools = [Repl(cmd, cwd, mem_mb, max_uses, stdout_mode='pipe', sandbox=sandbox) for _ in range(max(1, workers))]
         self.idle, self.cv = list(self.tools), threading.Condition()
         self.identity = {'replay': 'ei-replay', 'cmd': self.cmd, 'sources': _sources_digest()}
 
-    def check(self, path, name:str, imports, timeout:float, kind:str='pickle') -> dict:
+    def check(self, path, name:str, imports, timeout:float, kind:str='pickle', reference:str|None=None) -> dict:
         "The tool's answer for the constants in `path` (kind `pickle`: a REPL pickle; `olean`: a module's data)."
         with self.cv:
             while not self.idle: self.cv.wait()
             tool = self.idle.pop()
-        try: return self._ask(tool, {kind: str(path), 'name': name, 'imports': list(imports)}, timeout)
+        request = {kind: str(path), 'name': name, 'imports': list(imports)}
+        if reference is not None: request['reference'] = reference
+        try: return self._ask(tool, request, timeout)
         finally:
             with self.cv: self.idle.append(tool); self.cv.notify()
 
@@ -86,7 +101,8 @@ class ReplayPool:
         except ReplayTimeout: raise
         except LeanError as e: raise ReplayError(f'the replay tool {shlex.join(self.cmd)} failed: {e}') from None
         except OSError as e:
-            raise ReplayError(f'cannot start the replay tool {shlex.join(self.cmd)}: {e} (build it with `ei setup-lean`; '
+            raise ReplayError(f'cannot start the replay tool {shlex.join(self.cmd)}: {e} (build it with `ei '
+                              f'setup-lean`; '
                               'EI_REPLAY_BIN names the binary)') from None
         tool.uses += 1
         return _checked(answer, self.cmd)
@@ -104,14 +120,14 @@ def _sources_digest() -> str:
 def replay_verdict(answer:dict,            # the tool's answer (`ReplayPool.check`)
                    name:str,               # the theorem's root name
                    policy:dict|None=None,  # for the allowed axioms
-                   want_type:str|None=None, # the reference statement's type (`Expr.dbgToString`), when it was probed
                   ) -> tuple[str, str|None]:
-    "`('pass', None)` when the replay kept the proof; else `('fail', 'replay: …')`."
+    "`('pass', None)` when the replay kept the proof, its axioms are allowed and its type is the reference's."
     if not answer['ok']: return 'fail', f"replay: the kernel replay rejects what the proof added: {answer['reason'][:300]}"
     if bad := [a for a in answer['axioms'] if a not in allowed_axioms(policy or DEFAULT_POLICY)]:
         return 'fail', f'replay: in the replayed environment {name} uses {", ".join(bad)}'
-    if want_type is not None and answer['type'] != want_type:
-        return 'fail', f"replay: the replayed type of {name} is not the reference statement's: {answer['type'][:120]!r} vs {want_type[:120]!r}"
+    if answer['statement'] != 'same':
+        return 'fail', (f"replay: the replayed type of {name} is not the reference statement's elaborated by the tool "
+                        f"({answer['statement']}): {answer['type'][:120]!r} vs {answer.get('reference_type', '')[:120]!r}")
     return 'pass', None
 
 def replay_skipped(policy:dict) -> str|None:

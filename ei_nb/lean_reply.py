@@ -5,12 +5,13 @@
 # %% ../nbs/verifier/lean_reply.ipynb #e8afef7f
 from __future__ import annotations
 import re
-from .core import BadInput
+from .core import BadInput, StageFailed
 from .policy import DEFAULT_POLICY, LeanCode, allowed_axioms
 
 # %% auto #0
 __all__ = ['MESSAGE_CAP', 'MAX_ERRORS', 'MESSAGE_FIELDS', 'LeanError', 'HeaderStall', 'with_axioms', 'axioms_line',
-           'statement_probe', 'message_line', 'judge', 'lean_messages', 'probed_type', 'reference_text']
+           'statement_probe', 'message_line', 'judge', 'lean_messages', 'probed_type', 'reference_text',
+           'unreplayed_check']
 
 # %% ../nbs/verifier/lean_reply.ipynb #40d2f693
 class LeanError(Exception):
@@ -55,14 +56,17 @@ def judge(reply,                  # a Lean REPL reply: {'messages': [...], 'sorr
     if 'message' in reply and 'messages' not in reply: return 'error', f"repl: {str(reply['message'])[:200]}"
     msgs, sorries = reply.get('messages', []), reply.get('sorries', [])
     if not (isinstance(msgs, list) and isinstance(sorries, list)
-            and all(isinstance(m, dict) and isinstance(m.get('data'), str) and m.get('severity') in _SEVERITIES for m in msgs)):
+            and all(isinstance(m, dict) and isinstance(m.get('data'),
+                str) and m.get('severity') in _SEVERITIES for m in msgs)):
         return 'error', 'malformed reply: messages/sorries have the wrong shape'
     if errs := [m for m in msgs if m['severity'] == 'error']: return 'fail', 'lean error: ' + _short(errs[0])
     if sorries: return 'fail', f'lean sorry: {len(sorries)} sorries'
     if w := [m for m in msgs if m['severity'] == 'warning' and _SORRY_WARNING.search(m['data'])]:
         return 'fail', 'lean sorry: ' + _short(w[0])
     # the report of OUR command, found by its position: text the candidate printed elsewhere is never read
-    lines = {line} if isinstance(line, int) else set(line) if line is not None else {max((message_line(m) for m in msgs), default=0)}
+    lines = {line} if isinstance(line,
+                                 int) else set(line) if line is not None else {max((message_line(m) for m in msgs),
+                                     default=0)}
     mine = [(m, x) for m in msgs if message_line(m) in lines and m['severity'] in ('info', 'information')
             and (x := _REPORT.fullmatch(m['data'].strip())) and x.group(1) == name]
     if not mine: return 'fail', f'axioms: no report for {name} from the appended `#print axioms` (theorem missing or renamed?)'
@@ -115,7 +119,8 @@ def probed_type(reply:dict, # a Lean reply in the REPL's shape
                 lines:set,  # the line(s) of the probe in the reply's coordinates
                ) -> str|None:
     "The type our statement probe logged at one of `lines`, or None."
-    got = [x.group(1) for m in reply.get('messages', []) if message_line(m) in lines and m.get('severity') in ('info', 'information')
+    got = [x.group(1) for m in reply.get('messages', []) if message_line(m) in lines and m.get('severity') in ('info',
+        'information')
            and (x := _PROBE.fullmatch(m.get('data', '').strip()))]
     return got[0] if len(got) == 1 else None
 
@@ -124,6 +129,22 @@ def reference_text(formal_statement:str) -> str:
     src = LeanCode(formal_statement)
     k = next((src.head(c) + 1 for c in src.cmds if c.head in ('theorem', 'lemma') and src.head(c) + 1 < c.last), None)
     if k is None: raise BadInput(f'formal statement declares no theorem: {formal_statement[:80]!r}')
-    a, b = src.toks[k][1:]                  # the declared name, where the declaration has it (not a `t` in a comment or a word)
-    stmt = re.sub(r':=\s*(?:by\s*)?$', ':= by sorry', (formal_statement[:a] + _REFERENCE + formal_statement[b:]).rstrip())
+    # the declared name, where the declaration has it (not a `t` in a comment or a word)
+    a, b = src.toks[k][1:]
+    stmt = re.sub(r':=\s*(?:by\s*)?$', ':= by sorry',
+                  (formal_statement[:a] + _REFERENCE + formal_statement[b:]).rstrip())
     return stmt + '\n\n' + statement_probe(_REFERENCE) + '\n'
+
+# %% ../nbs/verifier/lean_reply.ipynb #43d4e27c
+def unreplayed_check(verdicts,                # verdict records (dicts)
+                     allow:bool=False,        # score unreplayed passes anyway (`--allow-unreplayed`)
+                     where:str='verdicts',    # what is scoring, for the message
+                    ) -> dict:                # the numbers for the trail: unreplayed_passes, allow_unreplayed
+    "Refuse (`StageFailed`, exit 3) passes that no kernel replay confirmed, unless `allow`."
+    n = sum(1 for v in verdicts if v.get('verdict') == 'pass' and v.get('unreplayed') is True)
+    if n and not allow:
+        raise StageFailed(f'{where}: {n} pass(es) were not replayed by the kernel (a back-end that cannot hand over '
+                          f'the '
+                          'environment, or the replay off): refusing to score them; --allow-unreplayed scores them '
+                          'and the trail records it')
+    return {'unreplayed_passes': n, 'allow_unreplayed': bool(allow)}

@@ -31,7 +31,8 @@ def _trie_regex(words) -> str:
         for ch in w: node = node.setdefault(ch, {})
         node[''] = {}
     def emit(node):
-        alts = [re.escape(ch) + sub(node[ch]) for ch in sorted((c for c in node if c), key=lambda c: -len(_keys(node[c])))]
+        alts = [re.escape(ch) + sub(node[ch]) for ch in sorted((c for c in node if c),
+            key=lambda c: -len(_keys(node[c])))]
         return '(?:' + '|'.join(alts) + ')' if alts else ''
     def sub(child):
         inner = emit(child)
@@ -48,7 +49,8 @@ class TokenTable:
         self.tokens = frozenset(tokens)
         ident_like = {t for t in self.tokens if _IDENT.fullmatch(t)}
         self.keywords = frozenset(ident_like)
-        self.ident_led = sorted((t for t in self.tokens - ident_like if re.match(f'[{ID_FIRST}«]', t)), key=len, reverse=True)
+        self.ident_led = sorted((t for t in self.tokens - ident_like if re.match(f'[{ID_FIRST}«]', t)), key=len,
+                                reverse=True)
         self.symbols = sorted(t for t in self.tokens - ident_like if t not in self.ident_led)
         self.command_starts = frozenset(command_starts)
         self.interpolation = frozenset(interpolation)
@@ -69,14 +71,17 @@ _SIMPLE = {'ident', 'dec', 'num', 'sym', 'ident_led'}     # tokens the loop fini
 _CHAR_BODY = r"""(?:\\(?:[\\"'rnt]|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4})|[^\\])"""
 _RADIX = r"0[xX][0-9a-fA-F]+|0[bB][01]+|0[oO][0-7]+"
 _DECIMAL = r"[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?"
-_BAD_NUM = r"0[xXbBoO]|[0-9]+(?:\.[0-9]*)?[eE](?:[+-](?![0-9])|(?![0-9+\-]))"     # a radix or an exponent without digits
+# a radix or an exponent without digits
+_BAD_NUM = r"0[xXbBoO]|[0-9]+(?:\.[0-9]*)?[eE](?:[+-](?![0-9])|(?![0-9+\-]))"
 
 def _master(table:TokenTable):
     "One alternation for `table`, most frequent first; each alternative starts with a cheap first-character test."
     first = lambda toks: '[' + ''.join(sorted({re.escape(t[0]) for t in toks})) + ']'
-    parts = [('ws', _WS), ('ident_led', f'(?={first(table.ident_led)}){_trie_regex(table.ident_led)}' if table.ident_led else r'(?!)'),
+    parts = [('ws', _WS), ('ident_led',
+                           f'(?={first(table.ident_led)}){_trie_regex(table.ident_led)}' if table.ident_led else r'(?!)'),
              ('raw', r'r#*"'), ('ident', _IDENT.pattern), ('num', _RADIX), ('badnum', _BAD_NUM), ('dec', _DECIMAL),
-             ('line', r'--[^\n]*'), ('doc', r'/-[-!]'), ('block', r'/-'), ('str', r'"(?:[^"\\]|\\.)*"'), ('openstr', '"'),
+             ('line', r'--[^\n]*'), ('doc', r'/-[-!]'), ('block', r'/-'), ('str', r'"(?:[^"\\]|\\.)*"'), ('openstr',
+                 '"'),
              ('char', rf"'(?!'){_CHAR_BODY}'"), ('badchar', r"'(?!')"), ('name', rf"`(?=[{ID_FIRST}«])"),
              ('sym', f'(?={first(table.symbols)}){_trie_regex(table.symbols)}' if table.symbols else r'(?!)'),
              ('tab', r'\t'), ('badesc', '«'), ('other', r'.')]
@@ -100,14 +105,16 @@ _OPEN_LINE = re.compile(r"\bopen\s+((?:[^\s()\[\]]+[ \t]*)+)")
 
 def _opens_in(text:str) -> tuple:
     "The header's opens plus every namespace an `open` in `text` names (scoped tokens count after an `open`)."
-    extra = sorted({w for m in _OPEN_LINE.finditer(text) for w in m.group(1).split()} - set(HEADER_OPENS) - {'in', 'hiding', 'renaming'})
+    extra = sorted({w for m in _OPEN_LINE.finditer(text) for w in m.group(1).split()} - set(HEADER_OPENS) - {'in',
+        'hiding', 'renaming'})
     return HEADER_OPENS + tuple(extra)
 
 # %% ../nbs/verifier/lean_tokens.ipynb #bfedaa42
 def _scan(text:str, i:int, table:TokenTable, out:list, in_braces:bool) -> int:
     "Append the tokens of `text` from `i`; inside an interpolation stop at the `}` that closes it; return where it stopped."
     n, finditer, keywords, interp = len(text), _compiled(table).finditer, table.keywords, table.interpolation
-    state = [False, None, 0]                      # next string interpolated?, argument still to come (bracket depth), brace depth
+    # next string interpolated?, argument still to come (bracket depth), brace depth
+    state = [False, None, 0]
     while i < n:
         for m in finditer(text, i):
             kind = m.lastgroup
@@ -121,7 +128,8 @@ def _scan(text:str, i:int, table:TokenTable, out:list, in_braces:bool) -> int:
                 a, b = m.span(kind)
                 if kind == 'dec':
                     if text[a - 1:a] == '.' and text[a] != '0' and not text[a:b].isdigit() and _glued_dot(text, a, out):
-                        b = _DIGITS.match(text, a).end()                # a field index, `h.1.2`: `fieldIdx` reads digits only
+                        # a field index, `h.1.2`: `fieldIdx` reads digits only
+                        b = _DIGITS.match(text, a).end()
                         out.append(('num', a, b)); i = b; break
                     kind = 'num'
                 elif kind != 'num':
@@ -130,7 +138,8 @@ def _scan(text:str, i:int, table:TokenTable, out:list, in_braces:bool) -> int:
                         if text[a] == '}' and state[2] == 0: return a
                         state[2] += 1 if text[b - 1] == '{' else -1
                 out.append((kind, a, b))
-                if state[0] or state[1] is not None or (kind == 'symbol' and text[a:b] in interp): _advance(state, text[a:b], kind, table)
+                if state[0] or state[1] is not None or (kind == 'symbol' and text[a:b] in interp): _advance(state,
+                    text[a:b], kind, table)
                 continue
             if kind == 'ws': continue
             i = _special(text, m, kind, table, out, state)
@@ -156,7 +165,8 @@ def _special(text:str, m, kind:str, table:TokenTable, out:list, state:list) -> i
     if kind in ('str', 'openstr') and state[0]:
         state[0], state[1] = False, None
         return _interpolated(text, a, table, out)
-    if kind == 'openstr' or kind == 'badesc': out.append(('error', a, n)); return n    # unterminated string or `«`: to the end
+    # unterminated string or `«`: to the end
+    if kind == 'openstr' or kind == 'badesc': out.append(('error', a, n)); return n
     if kind == 'raw':
         close = text.find('"' + '#' * (b - a - 2), b)
         if close < 0: out.append(('error', a, n)); return n
@@ -185,7 +195,8 @@ def _interpolation_state(tok:str, kind:str, pending:bool, await_arg, table:Token
         depth = await_arg + (kind == 'symbol' and tok[-1] in _OPENERS) - (kind == 'symbol' and tok[0] in _CLOSERS)
         return (True, None) if depth <= 0 else (False, depth)
     if tok in table.interpolation and kind in ('keyword', 'symbol'):
-        return {'throwErrorAt': (False, 0), 'trace[': (False, 1)}.get(tok, (True, None))   # after one argument / after `]`
+        if tok == 'throwErrorAt': return False, 0                 # after one argument
+        return (False, 1) if tok[-1] == '[' else (True, None)     # `trace[`, `aesop_trace![`: after the `]`
     return False, None
 
 def _interpolated(text:str, i:int, table:TokenTable, out:list) -> int:
@@ -197,4 +208,4 @@ def _interpolated(text:str, i:int, table:TokenTable, out:list) -> int:
         out.append(('str', i, j + 1))
         if text[j] == '"': return j + 1
         i = _scan(text, j + 1, table, out, True)
-        if i >= n: out.append(('error', i, n)); return n
+        if i >= n: out.append(('error', n - 1, n)); return n     # a `{` that runs to the end: its last character

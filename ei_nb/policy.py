@@ -6,14 +6,16 @@
 from __future__ import annotations
 import bisect, copy, json, re
 from functools import lru_cache
+from importlib.resources import files
 from pathlib import Path
 from .core import BadInput
 from .lean_tokens import HEADER_OPENS, token_data, token_table, tokenize
 from .lean_commands import split_commands
 
 # %% auto #0
-__all__ = ['RULES', 'DEFAULT_POLICY', 'extract_code', 'LeanCode', 'problem_opens', 'split_code', 'policy_table', 'load_policy',
-           'allowed_axioms', 'statement_name', 'check_statement', 'prepare', 'precheck']
+__all__ = ['RULES', 'DEFAULT_POLICY', 'extract_code', 'LeanCode', 'problem_opens', 'split_code', 'rule_words', 'policy_table',
+           'load_policy', 'allowed_axioms', 'statement_name', 'check_statement', 'syntax_allowlist', 'prepare',
+           'precheck']
 
 # %% ../nbs/verifier/policy.ipynb #4e4c396c
 _OPENER = re.compile(r'[ \t]*(lean4|lean)[ \t]*\r?', re.I)
@@ -86,7 +88,8 @@ def _header_like(src:LeanCode, c) -> bool:
     if c.prefixes or k != c.first: return False
     if c.head == 'import': return c.last == k + 2 and src.toks[k + 1][0] == 'ident'
     if c.head == 'set_option': return c.last == k + 3 and src.word(k + 1) == 'maxHeartbeats' and src.toks[k + 2][0] == 'num'
-    return c.head == 'open' and all(src.toks[i][0] == 'ident' for i in range(k + 1, c.last))   # names only: nothing swallowed
+    # names only: nothing swallowed
+    return c.head == 'open' and all(src.toks[i][0] == 'ident' for i in range(k + 1, c.last))
 
 def _prelude(src:LeanCode) -> list[int]:
     "Indices of the leading commands that repeat the header."
@@ -120,74 +123,136 @@ def split_code(code:str) -> tuple[str, str]:
 
 # %% ../nbs/verifier/policy.ipynb #33553d5d
 RULES = [
-    dict(rule='sorry', names=('sorry', 'admit', 'sorryAx', 'stop'), why='closes any goal without proving it (`stop` is `repeat sorry`)'),
+    dict(rule='sorry', names=('sorry', 'admit', 'sorryAx', 'stop'),
+         why='closes any goal without proving it (`stop` is `repeat sorry`)'),
     dict(rule='axiom', keywords=('axiom',), why='assumes what should be proved'),
-    dict(rule='native_decide', names=('native_decide', 'ofReduceBool', 'ofReduceNat', 'reduceBool', 'reduceNat', 'trustCompiler',
-                                      'native', 'bv_decide', 'bv_decide?'),
-         why='trusts compiled code instead of the kernel (`decide +native`, `bv_decide` too); switching the rule off also allows its axioms',
+    dict(rule='native_decide', names=('native_decide', 'ofReduceBool', 'ofReduceNat', 'reduceBool', 'reduceNat',
+                                      'trustCompiler', 'native', 'bv_decide', 'bv_decide?'),
+         why='trusts compiled code instead of the kernel (`decide +native`, `bv_decide` too); switching the rule off '
+             'also allows its axioms',
          axioms=('Lean.ofReduceBool', 'Lean.ofReduceNat', 'Lean.trustCompiler')),
-    dict(rule='unsafe', keywords=('implemented_by', 'extern', 'unsafe', 'partial'), why='swaps a definition for unchecked code, or leaves the type system'),
-    dict(rule='syntax', keywords=('macro', 'macro_rules', 'syntax', 'declare_syntax_cat', 'notation', 'notation3', 'infix', 'infixl',
-                                  'infixr', 'prefix', 'postfix', 'elab', 'elab_rules', 'binder_predicate', 'command_elab',
+    dict(rule='unsafe', keywords=('implemented_by', 'extern', 'unsafe', 'partial'),
+         names=('unsafeCast', 'unsafeIO', 'unsafeBaseIO', 'unsafeEIO', 'ptrAddrUnsafe'),
+         why='swaps a definition for unchecked code, or leaves the type system'),
+    dict(rule='attribute', keywords=('@[',),
+         rejects='`@[…]` anywhere, at any bracket depth (on a `let rec`, a `where`, a helper), `attribute […]`',
+         why='an attribute runs code or changes meaning: `instance`, `command_elab`, `tactic`, `norm_num` extensions, '
+             '`implemented_by`, also spelled `«instance»`; no published proof uses one'),
+    dict(rule='syntax', keywords=('macro', 'macro_rules', 'syntax', 'declare_syntax_cat', 'notation', 'notation3',
+                                  'infix', 'infixl', 'infixr', 'prefix', 'postfix', 'elab', 'elab_rules', 'binder_predicate',
+                                  'command_elab',
                                   'term_elab', 'delab', 'app_unexpander'),
          why='can change what the statement or a tactic means while its text still matches'),
     dict(rule='instance', keywords=('instance', 'default_instance', 'attribute', 'unif_hint'),
-         why='a new instance (also `attribute [instance]`, a unification hint) can change what +, ≤ or / mean in the statement'),
-    dict(rule='metaprogram', keywords=('run_cmd', 'run_elab', 'run_meta', 'run_tac', 'by_elab', '#eval', 'initialize', 'builtin_initialize',
-                                       'simproc', 'dsimproc', 'simproc_decl', 'dsimproc_decl', 'register_simp_attr', 'register_option',
-                                       'run_io'),
+         why='a new instance (also `attribute [instance]`, a unification hint) can change what +, ≤ or / mean in the '
+             'statement'),
+    dict(rule='metaprogram', keywords=('run_cmd', 'run_elab', 'run_meta', 'run_tac', 'run_conv', 'by_elab', '#eval',
+                                       'eval%', 'initialize', 'builtin_initialize', 'simproc', 'dsimproc', 'simproc_decl',
+                                       'dsimproc_decl', 'register_simp_attr', 'register_option', 'run_io',
+                                       'println!', 'dbg_trace', 'aesop_trace![', 'aesop_trace[', 'trace[', 'm!', 's!', 'f!',
+                                       'throwError', 'throwErrorAt', 'logInfo', 'unreachable!', 'panic!', 'assert!',
+                                       'dbgTrace', 'dbg_trace_if_shared', 'elab_stx_quot'),
+         names=('IO', 'EIO', 'BaseIO', 'IO.Process', 'evalExpr', 'evalConst', 'evalTactic', 'runTactic',
+                'liftCommandElabM', 'liftTermElabM', 'addDecl', 'addAndCompile'),
          why='runs arbitrary code at elaboration time: can add unchecked declarations, set options, log fake messages '
              '(`run_io` is the Lake DSL\'s, in the environment through Mathlib\'s `Lake` import)'),
-    dict(rule='exit', keywords=('#exit',), why='stops Lean: the rest of the file, our axiom check included, is never checked'),
-    dict(rule='search', keywords=('apply?', 'exact?'),
-         why='library search: slow, and its answer is a suggestion, not the proof written (Goedel-Prover-V2 bans it)'),
-    dict(rule='hash_command', rejects='any #command but `#print axioms NAME` (allowed anywhere, removed before Lean runs): #print "…", #guard_msgs, #check, …',
+    dict(rule='exit', keywords=('#exit',),
+         why='stops Lean: the rest of the file, our axiom check included, is never checked'),
+    dict(rule='search', keywords=('apply?', 'exact?', 'rw?', 'have?', 'have?!', 'have!?', 'observe', 'observe?', 'hint',
+                                  'slim_check', 'plausible', 'library_search', 'suggest', 'propose', 'rw_search', 'polyrith',
+                                  'says', 'exact?%', 'apply_rules?', 'measurability?', 'measurability!?', 'continuity?',
+                                  'simp?', 'simp?!', 'simp_all?', 'dsimp?', 'simpa?', 'aesop?', 'norm_num?', 'field_simp?',
+                                  'positivity?', 'decide?', 'gcongr?', 'bound?', 'fun_prop?', 'show_term', 'extract_goal',
+                                  'conv?', 'unfold?', 'rw_mod_cast?'),
+         rejects='apply?, exact?, rw?, have?, observe, hint, slim_check, polyrith, says, any keyword with `?` (a search)',
+         why='library search under any name: slow, it runs code and calls out (`polyrith` asks a web service), and its '
+             'answer is a suggestion, not the proof written (Goedel-Prover-V2 bans it)'),
+    dict(rule='hash_command',
+         rejects='any #command but `#print axioms NAME` (allowed anywhere, removed before Lean runs): #print "…", '
+                 '#guard_msgs, #check, …',
          why='#guard_msgs swallows errors, #print "…" can imitate the axiom report; a proof needs none'),
     dict(rule='set_option', rejects='set_option NAME unless NAME is in policy["set_options"] (so debug.*, trace.*, …)',
          why='debug.skipKernelTC and similar options skip kernel checking; only harmless limits are allowed'),
-    dict(rule='definition', keywords=('def', 'abbrev', 'opaque', 'structure', 'class', 'inductive', 'irreducible_def', 'alias', 'example'),
+    dict(rule='definition', keywords=('def', 'abbrev', 'opaque', 'structure', 'class', 'inductive', 'irreducible_def',
+                                      'alias', 'example'),
          why='a new definition can shadow or overload a name the statement uses and is unfolded by decide/rfl/simp; '
              'helper lemmas need none (a plain helper `def` too: see above)'),
-    dict(rule='scope', keywords=('namespace', 'section', 'end', 'variable', 'variables', 'variable?', 'variable!', 'universe', 'export',
-                                 'mutual', 'include', 'omit'),
-         why='`variable(s)` adds hypotheses to the theorem (before Lean 4.11 whenever the proof uses one); scope commands inside a proof are commands'),
-    dict(rule='import', keywords=('import',), why="the problem's header is the one used; a late import is an error anyway (leading ones are dropped)"),
-    dict(rule='lexer', rejects='an unterminated comment, string, character or «name», a tab, a malformed numeral, a character no token begins with',
+    dict(rule='scope', keywords=('namespace', 'section', 'end', 'variable', 'variables', 'variable?', 'variable!',
+                                 'universe', 'export', 'mutual', 'include', 'omit'),
+         why='`variable(s)` adds hypotheses to the theorem (before Lean 4.11 whenever the proof uses one); scope '
+             'commands inside a proof are commands'),
+    dict(rule='import', keywords=('import',),
+         why="the problem's header is the one used; a late import is an error anyway (leading ones are dropped)"),
+    dict(rule='lexer',
+         rejects='an unterminated comment, string, character or «name», a tab, a malformed numeral, a character no '
+                 'token begins with',
          why='Lean reports it as an error; the rest of the file would be read differently'),
     dict(rule='toplevel', keywords=('theorem', 'lemma'),
-         rejects='a command outside the allow-list (whatever its column); a modifier or attribute but `@[simp]`, `private`, `protected`, '
-                 '`noncomputable`; a `… in` prefix but `open … in`/`set_option … in`; `theorem`/`lemma` where Lean does not start a command',
-         why='deny by default: whatever a whole-proof prover does not need cannot be trusted not to change the statement'),
-    dict(rule='open', rejects='`open A in` before the theorem (also at the end of the line above); `open A` before it opening what the header '
-                              'does not; an `open` whose arguments are not all names (`hiding`, `renaming`, `scoped`, the lines it swallows); '
-                              'an `open`/`namespace` whose scoped notation (not opened by the header) changes how the text after it reads',
+         rejects='a command outside the allow-list (whatever its column); a modifier but `private`, `protected`, '
+                 '`noncomputable` (an attribute: rule `attribute`); a `… in` prefix but `open … in`/`set_option … in`; `theorem`/`lemma` where Lean '
+                 'does not start a command',
+         why='deny by default: whatever a whole-proof prover does not need cannot be trusted not to change the '
+             'statement'),
+    dict(rule='open',
+         rejects='`open A in` before the theorem (also at the end of the line above); `open A` before it opening what '
+                 'the header '
+                              'does not; an `open` whose arguments are not all names (`hiding`, `renaming`, `scoped`, '
+                              'the lines it swallows); '
+                              'an `open`/`namespace` whose scoped notation (not opened by the header) changes how the '
+                              'text after it reads',
          why='an `open` that reaches the statement can change which constant a name in it denotes'),
     dict(rule='namespace', rejects='the theorem declared inside a `namespace`',
          why="inside `namespace N` the theorem is `N.name`, and the statement's names resolve in N first"),
-    dict(rule='statement', rejects="a missing, repeated or changed declaration of the problem's theorem (compared up to `:=`)",
+    dict(rule='statement',
+         rejects="a missing, repeated or changed declaration of the problem's theorem (compared up to `:=`)",
          why='a proof of another (easier) statement proves nothing; helper lemmas before it are fine'),
+    dict(rule='kernel',
+         rejects='`Nat.pow` written out; a recursor written out (`X.rec`, `X.recOn`, `X.casesOn`, `X.brecOn`)',
+         why="the shapes of the pinned kernel's known bugs that text can show (lean4#8060: `Nat.pow` reduced on a base "
+             "that is not a literal; lean4#14806/#14807: recursors on stuck or colliding terms); no published proof "
+             "writes them (the kernel-bug table below)"),
+    dict(rule='token',
+         rejects='a keyword or symbol token (not an identifier) that no published honest proof or benchmark '
+                               'statement uses: the allow-list `ei_nb/data/lean_syntax_allowlist.json`',
+         why='allow by knowledge, not deny by list: three corpora in a row found code-running syntax under new names '
+             '(`run_conv`, `eval%`, `aesop_trace!`); what honest proofs never write is refused by name'),
 ]
 for _r in RULES: _r.setdefault('rejects', ', '.join(_r.get('keywords', ()) + _r.get('names', ())))
 _KEYWORDS = {w: r['rule'] for r in RULES for w in r.get('keywords', ())}
 _NAMES = {w: r['rule'] for r in RULES for w in r.get('names', ())}
 _WORDS = {**_KEYWORDS, **_NAMES}
-_RULE_WORDS = {r['rule'] for r in RULES if r.get('keywords') or r.get('names')} - {'toplevel'}   # rules whose detail is the word itself
+# rules whose detail is the word itself
+_RULE_WORDS = {r['rule'] for r in RULES if r.get('keywords') or r.get('names')} - {'toplevel'}
+
+def rule_words() -> list[str]:
+    "Every keyword and name a rule of the table names (what the syntax allow-list leaves out)."
+    return sorted(_WORDS)
 _LEAN_RULES = [
     dict(rule='lean_error', rejects='any error message', why='Lean did not accept the code'),
-    dict(rule='lean_sorry', rejects="non-empty sorries, warning \"declaration uses 'sorry'\" (or `sorry`)", why='an unfinished proof'),
-    dict(rule='axioms', rejects='no report from OUR `#print axioms _root_.NAME` (matched by its position and by the root name), or an axiom beyond policy["axioms"]',
+    dict(rule='lean_sorry', rejects="non-empty sorries, warning \"declaration uses 'sorry'\" (or `sorry`)",
+         why='an unfinished proof'),
+    dict(rule='axioms',
+         rejects='no report from OUR `#print axioms _root_.NAME` (matched by its position and by the root name), or an '
+                 'axiom beyond policy["axioms"]',
          why="the kernel's account: the theorem exists under its name and assumes only the standard axioms"),
-    dict(rule='lean_statement', rejects="the final theorem's type, read from Lean, differs from the reference statement elaborated in the header alone",
-         why='a check that does not trust text: notation, instances or opens that change the statement show up as a different type'),
-    dict(rule='replay', rejects="a declaration the proof added that Lean's kernel rejects when replayed into the header's environment; "
-                                "the theorem not among them; its axioms or type, read from the replayed environment, not allowed or not the reference's",
+    dict(rule='lean_statement',
+         rejects="the final theorem's type, read from Lean, differs from the reference statement elaborated in the "
+                 "header alone",
+         why='a check that does not trust text: notation, instances or opens that change the statement show up as a '
+             'different type'),
+    dict(rule='replay',
+         rejects="a declaration the proof added that Lean's kernel rejects when replayed into the header's "
+                 "environment; "
+                                "the theorem not among them; its axioms or type, read from the replayed environment, "
+                                "not allowed or not the reference's",
          why='a check that does not trust the environment Lean left: a declaration a metaprogram added unchecked '
              '(`addDecl` without the kernel, `debug.skipKernelTC`, a forged environment) fails the kernel'),
 ]
 
 DEFAULT_POLICY = {
     'rules': {r['rule']: True for r in RULES},
-    'set_options': ['maxHeartbeats', 'maxRecDepth', 'synthInstance.maxHeartbeats', 'synthInstance.maxSize', 'tactic.hygienic',
+    'set_options': ['maxHeartbeats', 'maxRecDepth', 'synthInstance.maxHeartbeats', 'synthInstance.maxSize',
+                    'tactic.hygienic',
                     'linter.', 'pp.'],
     'axioms': ['propext', 'Classical.choice', 'Quot.sound'],
 }
@@ -197,12 +262,14 @@ def policy_table(policy:dict|None=None): # a policy from `load_policy` (default:
     "The policy as one table: each rule, what it rejects, why, and whether it is on."
     import pandas as pd
     on = (policy or DEFAULT_POLICY)['rules']
-    rows = [dict(stage='pre-check', rule=r['rule'], rejects=r['rejects'], why=r['why'], on=on[r['rule']]) for r in RULES]
+    rows = [dict(stage='pre-check', rule=r['rule'], rejects=r['rejects'], why=r['why'],
+                 on=on[r['rule']]) for r in RULES]
     rows += [dict(stage='Lean', rule=r['rule'], rejects=r['rejects'], why=r['why'], on=True) for r in _LEAN_RULES]
     return pd.DataFrame(rows).set_index('rule')
 
 # %% ../nbs/verifier/policy.ipynb #0c013f2c
-def load_policy(src=None, # None (the default policy), a dict, or the path of a JSON file with `rules`/`set_options`/`axioms`
+# None (the default policy), a dict, or the path of a JSON file with `rules`/`set_options`/`axioms`
+def load_policy(src=None,
                ) -> dict:
     "The default policy updated by `src`; unknown keys or rule names raise `BadInput`."
     pol = copy.deepcopy(DEFAULT_POLICY)
@@ -211,14 +278,15 @@ def load_policy(src=None, # None (the default policy), a dict, or the path of a 
         try: src = json.loads(Path(src).read_text(encoding='utf-8'))
         except (OSError, ValueError) as e: raise BadInput(f'policy {src}: {e}') from None
     if not isinstance(src, dict): raise BadInput(f'policy must be a JSON object, got {type(src).__name__}')
-    if bad := set(src) - set(pol): raise BadInput(f'policy: unknown keys {sorted(bad)}; expected rules, set_options, axioms')
+    if bad := set(src) - set(pol): raise BadInput(f'policy: unknown keys {sorted(bad)}; expected rules, set_options, ' f'axioms')
     rules = src.get('rules', {})
-    if bad := set(rules) - set(pol['rules']): raise BadInput(f'policy: unknown rules {sorted(bad)}; known: {sorted(pol["rules"])}')
+    if bad := set(rules) - set(pol['rules']): raise BadInput(f'policy: unknown rules {sorted(bad)}; known: ' f'{sorted(pol["rules"])}')
     if not all(isinstance(v, bool) for v in rules.values()): raise BadInput('policy: each rule must be true or false')
     pol['rules'].update(rules)
     for k in ('set_options', 'axioms'):
         if k in src:
-            if not (isinstance(src[k], list) and all(isinstance(x, str) for x in src[k])): raise BadInput(f'policy: {k} must be a list of strings')
+            if not (isinstance(src[k], list) and all(isinstance(x,
+                str) for x in src[k])): raise BadInput(f'policy: {k} ' f'must be a list of strings')
             pol[k] = list(src[k])
     return pol
 
@@ -277,7 +345,8 @@ def _hit(hits:dict, rule:str, detail:str, pos:int):
 def _option_ok(opt:str, allowed) -> bool:
     return any(opt == a or (a.endswith('.') and opt.startswith(a)) for a in allowed)
 
-def _plain(word:str) -> str: return word.replace('«', '').replace('»', '')    # `«debug».skipKernelTC` is `debug.skipKernelTC`
+# `«debug».skipKernelTC` is `debug.skipKernelTC`
+def _plain(word:str) -> str: return word.replace('«', '').replace('»', '')
 
 _CHECKS = {'theorem': 'decl', 'lemma': 'decl', 'open': 'open', 'namespace': 'scope', 'section': 'scope', 'end': 'end',
            'set_option': 'option', '#print': 'print', '/-!': 'moddoc'}
@@ -318,7 +387,8 @@ class _TopLevel:
         w, pos = self.src.word(i), self.src.toks[i][1]
         if w == 'open' and main: self.note('open', f'`open … in` at line {self.src.line(pos)} reaches the theorem', pos)
         elif w == 'set_option' and not _option_ok(_plain(self.src.word(i + 1)), self.set_options):
-            self.note('set_option', f'{_plain(self.src.word(i + 1))!r} at line {self.src.line(pos)} is not allowed', pos)
+            self.note('set_option', f'{_plain(self.src.word(i + 1))!r} at line {self.src.line(pos)} is not allowed',
+                      pos)
         elif w not in ('open', 'set_option'): return self.deny(w, pos, 'is not allowed as a `… in` prefix')
         self.ok.update(range(i, j))
 
@@ -328,7 +398,6 @@ class _TopLevel:
         while i < k:
             w = src.word(i)
             if src.toks[i][0] == 'doc' or w in _MODIFIERS_OK: self.ok.add(i); i += 1
-            elif w == '@[' and i + 2 < k and src.word(i + 1) == 'simp' and src.word(i + 2) == ']': self.ok.update((i, i + 1, i + 2)); i += 3
             else: self.deny(w, src.toks[i][1], 'is not an allowed modifier'); i += 1
 
     # ---- the checks of each allowed command keyword
@@ -336,20 +405,26 @@ class _TopLevel:
         self.ok.update((k, k + 1))
         if not main: return
         if ns := [l for kind, l in self.scopes if kind == 'namespace']:
-            self.note('namespace', f'theorem {self.name} is declared inside the namespace opened at line {ns[-1]}', c.head_start)
+            self.note('namespace', f'theorem {self.name} is declared inside the namespace opened at line {ns[-1]}',
+                      c.head_start)
         self.seen_main = True
 
     def open(self, c, k:int, main:bool):
         src, pos = self.src, c.head_start
         args = range(k + 1, c.last)
         if bad := [i for i in args if src.toks[i][0] != 'ident']:
-            return self.note('open', f'`open` at line {src.line(pos)}: {src.word(bad[0])!r} (line {src.line(src.toks[bad[0]][1])}) is not a namespace', pos)
+            return self.note('open',
+                             f'`open` at line {src.line(pos)}: {src.word(bad[0])!r} (line '
+                             f'{src.line(src.toks[bad[0]][1])}) is not a namespace', pos)
         if not self.seen_main and (extra := {src.word(i) for i in args} - self.opens):
-            return self.note('open', f"`open {' '.join(sorted(extra))}` at line {src.line(pos)}: before the theorem only the header's opens {sorted(self.opens)}", pos)
+            return self.note('open',
+                             f"`open {' '.join(sorted(extra))}` at line {src.line(pos)}: before the theorem only the "
+                             f"header's opens {sorted(self.opens)}", pos)
         self.ok.update(range(k, c.last))
 
     def scope(self, c, k:int, main:bool):
-        if c.last - k > 2 or (c.head == 'namespace' and c.last - k != 2): return self.deny(self.src.word(min(k + 2, c.last - 1)), c.head_start)
+        if c.last - k > 2 or (c.head == 'namespace' and c.last - k != 2): return self.deny(self.src.word(min(k + 2,
+            c.last - 1)), c.head_start)
         self.scopes.append((c.head, self.src.line(c.head_start)))
         self.ok.update(range(k, c.last))
 
@@ -368,7 +443,8 @@ class _TopLevel:
     def print(self, c, k:int, main:bool):
         "`#print axioms NAME` is allowed anywhere (and removed before Lean runs); any other `#print` is a hash command."
         src = self.src
-        if c.last - k != 3 or src.word(k + 1) != 'axioms' or src.toks[k + 2][0] != 'ident': return self.deny('#print', c.head_start)
+        if c.last - k != 3 or src.word(k + 1) != 'axioms' or src.toks[k + 2][0] != 'ident': return self.deny('#print',
+                                                                                                             c.head_start)
         self.printed.append((c.start, c.end))
         self.ok.update(range(c.first, c.last))
 
@@ -376,6 +452,7 @@ class _TopLevel:
 
 # %% ../nbs/verifier/policy.ipynb #8b14e0e4
 _NAMED = frozenset({'ident', 'keyword', 'name'})
+_RECURSORS = ('.rec', '.recOn', '.casesOn', '.brecOn')
 _SCAN = frozenset(_WORDS) | {'set_option', 'open'}
 _SPLIT = re.compile(r'«([^»]*)»|([^.«»`]+)')
 
@@ -388,7 +465,7 @@ def _scan(src:LeanCode, ok:set, set_options, hits:dict):
     "Note every rule word among the tokens the top-level walk did not validate."
     text, toks, words = src.text, src.toks, src.words
     # the few tokens that can matter, picked at C speed: rule words, `#…`, dotted names, «names», name literals
-    for k in [k for k, w in enumerate(words) if w in _SCAN or w[0] == '#' or '.' in w or '«' in w or '`' in w]:
+    for k in [k for k, w in enumerate(words) if w in _SCAN or w[:1] == '#' or '.' in w or '«' in w or '`' in w]:
         kind, a, _ = toks[k]
         if kind in _INERT or k in ok: continue
         w = words[k]
@@ -398,9 +475,13 @@ def _scan(src:LeanCode, ok:set, set_options, hits:dict):
         elif w[0] == '#' and w != '#[':
             nxt = words[k + 1] if w == '#' and k + 1 < len(toks) and src.glued(k + 1) else ''
             _hit(hits, 'hash_command', f'{w + nxt!r} at line {src.line(a)}', a)
+        if kind == 'ident' and (_plain(w) == 'Nat.pow' or _plain(w).endswith(_RECURSORS)):
+            _hit(hits, 'kernel', f'{w!r} at line {src.line(a)}', a)
         if kind in _NAMED:
             for p in _parts(w):
                 if p in _NAMES: _hit(hits, _NAMES[p], f'{p!r} at line {src.line(a)}', a)
+                elif '«' in w and p in _KEYWORDS:            # `«instance»` is compared as the keyword it spells
+                    _hit(hits, _KEYWORDS[p], f'{w!r} (the keyword {p!r}) at line {src.line(a)}', a)
 
 def _inner_option(src:LeanCode, k:int, set_options, hits:dict):
     "`set_option NAME v in …` inside a declaration: NAME on the allow-list."
@@ -420,11 +501,14 @@ def _scoped_notation(src:LeanCode, dropped:set, hits:dict):
     scoped = token_data()['scoped_tokens']
     for k in [k for k, w in enumerate(src.words) if w in ('open', 'namespace') and k not in dropped]:
         j = k + 1
-        while j < len(src.toks) and src.toks[j][0] in ('ident', 'keyword') and src.words[j] not in ('in', 'hiding', 'renaming'):
+        while j < len(src.toks) and src.toks[j][0] in ('ident', 'keyword') and src.words[j] not in ('in', 'hiding',
+            'renaming'):
             ns = _plain(src.words[j])
             if {n for n in scoped if n == ns or n.endswith('.' + ns)} - set(src.opens) and not _same_after(src, k, ns):
                 pos = src.toks[k][1]
-                return _hit(hits, 'open', f"`{src.words[k]} {ns}` at line {src.line(pos)}: the scoped notation of {ns} makes Lean read the text "
+                return _hit(hits, 'open',
+                            f"`{src.words[k]} {ns}` at line {src.line(pos)}: the scoped notation of {ns} makes Lean "
+                            f"read the text "
                                           f"after it otherwise than the header's tokens do", pos)
             j += 1
 
@@ -432,19 +516,50 @@ def _same_after(src:LeanCode, k:int, ns:str) -> bool:
     "Does the text from token k read the same with the scoped tokens of `ns` (those Lean reads after the `open`) as without?"
     a = src.toks[k][1]
     ext = token_table(tuple(sorted(set(src.opens) | {n for n in token_data()['scoped_tokens'] if n == ns or n.endswith('.' + ns)})))
-    return [t for t in tokenize(src.text[a:], ext) if t[0] != 'comment'] == [(kind, b - a, e - a) for kind, b, e in src.toks[k:]]
+    return [t for t in tokenize(src.text[a:], ext) if t[0] != 'comment'] == [(kind, b - a, e - a) for kind, b,
+        e in src.toks[k:]]
+
+_SYNTAX = frozenset({'keyword', 'symbol'})
+
+@lru_cache(maxsize=1)
+def syntax_allowlist() -> frozenset:
+    "The syntax tokens published honest proofs use (`ei_nb/data/lean_syntax_allowlist.json`, tools/gen_syntax_allowlist.py)."
+    return frozenset(json.loads((files('ei_nb')/'data'/'lean_syntax_allowlist.json').read_text(encoding='utf-8'))['tokens'])
+
+@lru_cache(maxsize=8192)
+def _statement_syntax(formal_statement:str, opens:tuple) -> frozenset:
+    "The syntax tokens of a problem's own statement: trusted input, admitted in its proofs (a pool's notation)."
+    src = _reference(formal_statement, opens)[2]
+    return frozenset(w for (kind, _, _), w in zip(src.toks, src.words) if kind in _SYNTAX)
+
+def _unknown_syntax(src:LeanCode, ok:set, hits:dict, statement:str=''):
+    "Rule `token`: the first keyword or symbol outside the allow-list (and the walk's `ok`); `search`: a keyword with `?`."
+    known = syntax_allowlist() | _statement_syntax(statement, src.opens)
+    unknown, token = set(src.words) - known - _WORDS.keys(), None   # a rule that names it decides
+    for k in [k for k, w in enumerate(src.words) if w in unknown]:           # the few candidates, picked at C speed
+        (kind, a, _), w = src.toks[k], src.words[k]
+        if kind not in _SYNTAX or k in ok: continue
+        if kind == 'keyword' and '?' in w and 'search' not in hits: _hit(hits, 'search', f'{w!r} at line {src.line(a)}',
+            a)
+        elif token is None:
+            token = w
+            _hit(hits, 'token', f'{w!r} at line {src.line(a)} is syntax no published proof uses', a)
 
 def _lexer(src:LeanCode, hits:dict):
     "The first token Lean cannot read (`error` kind), named."
-    for kind, a, b in src.toks:
-        if kind == 'error': return _hit(hits, 'lexer', f'{_lex_error(src.text, a)} at line {src.line(a)}', a)
+    for k, (kind, a, b) in enumerate(src.toks):
+        if kind != 'error': continue
+        opened = [t for t in src.toks[:k] if t[0] == 'str' and src.text[t[2] - 1] == '{']    # an interpolation `{` open
+        what = 'an interpolation `{` that runs to the end' if b == len(src.text) and opened else _lex_error(src.text, a)
+        return _hit(hits, 'lexer', f'{what} at line {src.line(a)}', a)
 
 def _lex_error(text:str, a:int) -> str:
     for start, what in (('/-', 'unterminated comment'), ('"', 'unterminated string'), ('r"', 'unterminated raw string'),
-                        ('r#', 'unterminated raw string'), ("'", 'malformed character literal'), ('«', 'unterminated «name»'),
+                        ('r#', 'unterminated raw string'), ("'", 'malformed character literal'), ('«',
+                                                                                                  'unterminated «name»'),
                         ('`«', 'unterminated «name»'), ('\t', 'a tab (Lean: "tabs are not allowed")')):
         if text.startswith(start, a): return what
-    return 'malformed numeral' if text[a].isdigit() else f'{text[a]!r} begins no token'
+    return 'malformed numeral' if text[a:a + 1].isdigit() else f'{text[a:a + 1]!r} begins no token'
 
 # %% ../nbs/verifier/policy.ipynb #4b7c63f0
 def _verdicts(src:LeanCode, problem:dict, policy:dict) -> tuple[list, list, list]:
@@ -454,6 +569,7 @@ def _verdicts(src:LeanCode, problem:dict, policy:dict) -> tuple[list, list, list
     _scoped_notation(src, {k for i in skip for k in range(src.cmds[i].first, src.cmds[i].last)}, hits)
     walk = _TopLevel(src, problem, policy, hits).run(skip)
     _scan(src, walk.ok, policy['set_options'], hits)
+    _unknown_syntax(src, walk.ok, hits, problem['formal_statement'])
     failed = []
     for r in RULES:
         rule = r['rule']

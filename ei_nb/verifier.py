@@ -10,17 +10,19 @@ from pathlib import Path
 from typing import Iterable, Iterator
 from .core import BadInput, StageFailed, atomic_write_json, sha256_json
 from .policy import extract_code, load_policy, prepare, statement_name
-from .lean_reply import (MESSAGE_CAP, MESSAGE_FIELDS, HeaderStall, LeanError, axioms_line, judge, lean_messages, probed_type,
+from .lean_reply import (MESSAGE_CAP, MESSAGE_FIELDS, HeaderStall, LeanError, axioms_line, judge, lean_messages,
+                              probed_type,
                               reference_text, with_axioms)
-from .lean_replay import ReplayError, header_imports, replay_verdict
+from .lean_replay import ReplayError, header_imports, reference_command, replay_verdict
 from .lean_backends import ProofLimit
 
 # %% auto #0
 __all__ = ['CACHE_VERSION', 'cache_key', 'VerdictCache', 'Verifier']
 
 # %% ../nbs/verifier/verifier.ipynb #31d9e02a
-CACHE_VERSION = 4  # bump when the verdict logic changes, so old verdicts are not reused (3: Lean's messages kept;
-                   # 4: issue 28: the pre-check on Lean's tokens and commands, `#print axioms _root_.NAME`, the kernel replay)
+CACHE_VERSION = 5  # bump when the verdict logic changes, so old verdicts are not reused (3: Lean's messages kept;
+                   # 4: issue 28: the pre-check on Lean's tokens and commands, `#print axioms _root_.NAME`, the kernel replay;
+                   # 5: issue 36: the syntax allow-list, the verdict from the replay tool alone, `unreplayed` passes)
 
 def cache_key(problem:dict, code:str, policy:dict, identity) -> str:
     "sha256 of everything a verdict depends on."
@@ -36,13 +38,14 @@ class VerdictCache:
         except (OSError, ValueError): return None
         return v if isinstance(v, dict) and v.get('verdict') in ('pass', 'fail') else None
     def put(self, key:str, verdict:str, reason:str|None, extra:dict|None=None):
-        if verdict in ('pass', 'fail'): atomic_write_json(self._path(key), {'verdict': verdict, 'reason': reason, **(extra or {})}, indent=None)
+        if verdict in ('pass', 'fail'): atomic_write_json(self._path(key), {'verdict': verdict, 'reason': reason,
+            **(extra or {})}, indent=None)
 
 # %% ../nbs/verifier/verifier.ipynb #4bdf2c78
 class Verifier:
     "Extraction → pre-check → cache → Lean → judge → statement → kernel replay, for one sample or a stream of them."
-    def __init__(self, backend=None, policy:dict|None=None, cache:VerdictCache|None=None, workers:int=1, timeout:float=300,
-                 statement_check:bool=False, replay=None,
+    def __init__(self, backend=None, policy:dict|None=None, cache:VerdictCache|None=None, workers:int=1,
+                 timeout:float=300, statement_check:bool=False, replay=None,
                  pickles=None): # the folder for what passing proofs added (default: a fresh one), removed by `close`
         self.backend, self.policy, self.cache, self.workers, self.timeout = backend, policy or load_policy(), cache, max(1, workers), timeout
         self.statement_check, self._references = statement_check and backend is not None, {}
@@ -50,7 +53,8 @@ class Verifier:
         if self.statement_check: self.identity = {**self.identity, 'statement_check': True}
         self.replay = replay if backend is not None and getattr(backend, 'pickles', None) else None
         if self.replay: self.identity = {**self.identity, 'replay': self.replay.identity}
-        self.stats, self._lock, self._pool = dict.fromkeys(('lean_runs', 'cache_hits', 'reference_runs', 'replays'), 0), threading.Lock(), None
+        self.stats, self._lock, self._pool = dict.fromkeys(('lean_runs', 'cache_hits', 'reference_runs', 'replays'),
+            0), threading.Lock(), None
         self._pickles = Path(pickles) if pickles else None
 
     def _lines(self, header:str, sent:str, line:int) -> set[int]:
@@ -65,7 +69,8 @@ class Verifier:
         sent = reference_text(problem['formal_statement'])
         self._count('reference_runs')
         reply = self.backend.run(problem['header'], sent, self.timeout)
-        if not isinstance(reply, dict) or any(m.get('severity') == 'error' for m in reply.get('messages', []) if isinstance(m, dict)):
+        if not isinstance(reply, dict) or any(m.get('severity') == 'error' for m in reply.get('messages',
+            []) if isinstance(m, dict)):
             raise LeanError(f"the reference statement does not elaborate in the header: {json.dumps(reply)[:200]}")
         typ = probed_type(reply, self._lines(problem['header'], sent, sent.count('\n')))
         if typ is None: raise LeanError('the reference statement: no type reported by the probe')
@@ -81,7 +86,8 @@ class Verifier:
         if code is None: return 'no_code', 'no closed ```lean4 or ```lean block', None, {}
         try: return self._verdict(problem, code)
         except (HeaderStall, ReplayError) as e: raise StageFailed(f'verifier: {e}') from None
-        except StageFailed: raise                   # the checker is misconfigured (e.g. a checking server's 401): not a per-proof `error`
+        # the checker is misconfigured (e.g. a checking server's 401): not a per-proof `error`
+        except StageFailed: raise
         except ProofLimit as e: return 'fail', str(e)[:500], code, {}   # a timeout or the memory limit: the proof's
         except LeanError as e: return 'error', str(e)[:500], code, {}
         except Exception as e: return 'error', f'internal: {type(e).__name__}: {str(e)[:300]}', code, {}
@@ -89,11 +95,12 @@ class Verifier:
     def _verdict(self, problem:dict, code:str) -> tuple[str, str|None, str|None, dict]:
         "The layers after extraction, for one sample; a verdict from Lean is cached."
         reason, body = prepare(code, problem, self.policy)
-        if reason: return 'fail', reason, code, {'messages': [{'severity': 'error', 'rule': reason.split(':')[0], 'text': reason}]}
+        if reason: return 'fail', reason, code, {'messages': [{'severity': 'error', 'rule': reason.split(':')[0],
+            'text': reason}]}
         if self.backend is None: return 'unchecked', None, code, {}
         key = cache_key(problem, code, self.policy, self.identity)
         if self.cache and (hit := self.cache.get(key)):
-            self._count('cache_hits'); return hit['verdict'], hit['reason'], code, {k: hit[k] for k in MESSAGE_FIELDS if k in hit}
+            self._count('cache_hits'); return hit['verdict'], hit['reason'], code, {k: hit[k] for k in MESSAGE_FIELDS + ('unreplayed',) if k in hit}
         verdict, reason, extra = self._lean(problem, body)
         if self.cache: self.cache.put(key, verdict, reason, extra)
         return verdict, reason, code, extra
@@ -107,12 +114,16 @@ class Verifier:
             reply = self.backend.run(header, sent, self.timeout, **({'pickle_to': str(pickle)} if pickle else {}))
             verdict, reason = judge(reply, name, self.policy, self._lines(header, sent, axioms_line(sent)))
             extra = self._messages(reply, header, sent, body) if verdict == 'fail' else {}
-            if verdict == 'pass' and self.statement_check:
-                got, want = probed_type(reply, self._lines(header, sent, axioms_line(sent) + 1)), self.reference_type(problem)
+            if verdict == 'pass' and self.statement_check and not pickle:
+                got, want = probed_type(reply, self._lines(header, sent,
+                    axioms_line(sent) + 1)), self.reference_type(problem)
                 if got != want:
-                    verdict, reason = 'fail', ('lean_statement: the type of the final theorem, read from Lean, differs from the reference '
-                                               f'statement elaborated in the header alone: {str(got)[:120]!r} vs {want[:120]!r}')
+                    verdict, reason = 'fail', ('lean_statement: the type of the final theorem, read from Lean, differs '
+                                               'from the reference '
+                                               f'statement elaborated in the header alone: {str(got)[:120]!r} vs '
+                                               f'{want[:120]!r}')
             if verdict == 'pass' and pickle: verdict, reason = self._replayed(problem, name, pickle)
+            elif verdict == 'pass' and getattr(self.backend, 'runs_candidate_code', True): extra = {'unreplayed': True}
         finally:
             if pickle: pickle.unlink(missing_ok=True)
         return verdict, reason, extra
@@ -128,8 +139,9 @@ class Verifier:
         "The verdict of the kernel replay of what the passing proof added."
         if not pickle.is_file(): raise LeanError('replay: Lean wrote no file of what the proof added')
         self._count('replays')
-        answer = self.replay.check(pickle, name, header_imports(problem['header']), self.timeout, self.backend.pickles)
-        return replay_verdict(answer, name, self.policy, self.reference_type(problem) if self.statement_check else None)
+        answer = self.replay.check(pickle, name, header_imports(problem['header']), self.timeout, self.backend.pickles,
+                                   reference=reference_command(problem))
+        return replay_verdict(answer, name, self.policy)
 
     def _messages(self, reply:dict, header:str, sent:str, body:str) -> dict:
         "Lean's messages about the proof, as verdict record fields (`messages`, and the cap with what it cut)."
@@ -138,7 +150,7 @@ class Verifier:
 
     def verify_one(self, problem:dict, sample:dict) -> dict:
         "The verdict record of one sample."
-        if problem['name'] != sample['name']: raise BadInput(f"sample of {sample['name']!r} paired with problem {problem['name']!r}")
+        if problem['name'] != sample['name']: raise BadInput(f"sample of {sample['name']!r} paired with problem " f"{problem['name']!r}")
         t0 = time.perf_counter()
         verdict, reason, code, extra = self._check(problem, sample)
         return {'name': sample['name'], 'sample_idx': sample['sample_idx'], 'verdict': verdict, 'reason': reason,
@@ -154,7 +166,8 @@ class Verifier:
         try:
             for p, s in pairs:
                 pending.add(self._pool.submit(self.verify_one, p, s))
-                done, pending = wait(pending, timeout=None if len(pending) >= 2*self.workers else 0, return_when=FIRST_COMPLETED)
+                done, pending = wait(pending, timeout=None if len(pending) >= 2*self.workers else 0,
+                                     return_when=FIRST_COMPLETED)
                 for f in done: yield f.result()
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)

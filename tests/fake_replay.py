@@ -20,11 +20,20 @@ A stand-in constant is `{"name", "kind": thm|defn|axiom|induct|ctor, "type", "va
 checked only against a forged `constants.map₁`: SafeVerify's replaceAxiom test), then it is that forged type.
 
 Protocol and replies: those of `EiReplay.lean` (requests separated by a blank line; `{"ok": true, "replayed", "axioms",
-"type"}`, `{"ok": false, "reason"}`, `{"error"}`). The base environment is "imported" once per process and import list.
+"type", "statement", "reference_type"}`, `{"ok": false, "reason"}`, `{"error"}`). Issue 36: the request's `reference`
+(the header's commands but its imports, then the problem's statement closed by `sorry`) is "elaborated" here with the
+fake REPL's own type model (`fake_repl.fake_type`: the statement's text, normalised), and `statement` says whether
+it equals the replayed theorem's type (`same`/`differs`; `unchecked` without a reference, `no_reference` when the
+reference declares no such theorem). Before the replay, the kernel-bug guards of `EiReplay.lean` run on each added
+constant: a kind other than thm/defn (`induct`, `ctor`, `axiom`, `opaque`, ...), a stand-in's `"fvar": true`, a
+`"proj": STRUCT` not in the base's structures, or a `"nat_pow": [base, exponent]` whose base is a constant (a str)
+with a numeral exponent, or an exponent >= 2^24, is refused with the reason `kernel-bug guard: ...`.
+The base environment is "imported" once per process and import list.
 A stand-in's `fake_tool` field makes this process misbehave on that request: crash, garbage, hang, error.
 Options: --log FILE (appends `start PID`, `import PID`, `replay PID` lines), --import-delay S.
 """
 import itertools, json, os, sys, time
+from fake_repl import fake_type           # the fake REPL's type model: the reference is "elaborated" with it
 
 # the part of the header's environment the stand-ins refer to (types as text)
 BASE = {
@@ -37,6 +46,22 @@ BASE = {
     'True': {'kind': 'induct', 'type': 'Prop', 'ctors': ['True.intro']},
     'True.intro': {'kind': 'ctor', 'type': 'True', 'induct': 'True'},
 }
+
+STRUCTURES = {'Prod': 2, 'And': 2, 'Subtype': 2}    # structure-like inductive types of the base, with their fields
+
+def guard(c:dict) -> str|None:
+    "EiReplay.lean's `guard` on one stand-in constant: None when it passes."
+    n = c['name']
+    if c['kind'] not in ('thm', 'defn'):
+        return f'{n} declares an inductive type, constructor, recursor, opaque, quotient or axiom'
+    if c.get('fvar'): return f'{n} holds a free, meta or loose bound variable (lean4#14484)'
+    if 'proj' in c and c['proj'] not in STRUCTURES:
+        return f"{n}: a projection of {c['proj']}, not a field of a structure of the header (lean4#14576)"
+    if 'nat_pow' in c:
+        b, e = c['nat_pow']
+        if (not isinstance(b, int) and isinstance(e, int)) or (isinstance(e, int) and e >= 2 ** 24):
+            return f'{n}: Nat.pow on a constant base, or a huge exponent (lean4#8060, #15022)'
+    return None
 
 class Rejected(Exception):
     "The kernel (or the replay's structural check) rejected a constant."
@@ -121,10 +146,16 @@ def answer(req:dict, bases:dict, log, delay:float) -> dict:
     key = tuple(data['imports'])
     if key not in bases:
         time.sleep(delay); _log(log, 'import'); bases[key] = dict(BASE)
+    if why := next((w for c in data['constants'] if (w := guard(c))), None):
+        return {'ok': False, 'reason': f'kernel-bug guard: {why}'}
     _log(log, 'replay')
     try: env = replay(data['constants'], bases[key])
     except Rejected as e: return {'ok': False, 'reason': str(e)}
-    return {'ok': True, 'replayed': len(data['constants']), 'axioms': axioms_of(env, req['name']), 'type': env[req['name']]['type']}
+    typ, ref = env[req['name']]['type'], req.get('reference')
+    want = fake_type(ref, req['name']) if isinstance(ref, str) else None
+    statement = 'unchecked' if ref is None else 'no_reference' if want is None else 'same' if want == typ else 'differs'
+    return {'ok': True, 'replayed': len(data['constants']), 'axioms': axioms_of(env, req['name']), 'type': typ,
+            'statement': statement, 'reference_type': want or ''}
 
 def main(argv):
     log = argv[argv.index('--log') + 1] if '--log' in argv else None

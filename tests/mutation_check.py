@@ -203,7 +203,7 @@ MUTANTS = [
       'a crashing replay tool is an `error` verdict, not exit 3', *REP_T, NB),
     M('replay-axioms-ignored', REPL_NB, "if bad := [a for a in answer['axioms'] if a not in allowed_axioms(policy or DEFAULT_POLICY)]:",
       "if bad := []:", 'an axiom the replayed environment shows passes', *REP_T, NB),
-    M('replay-type-ignored', REPL_NB, "if want_type is not None and answer['type'] != want_type:", "if False:",
+    M('replay-type-ignored', REPL_NB, "if answer['statement'] != 'same':", "if False:",
       "a replayed theorem of another type passes", *REP_T, NB),
     # ---- the chain hash (markers)
     M('chain-ignores-seed', MRK, '{k: v for k, v in params.items() if k not in VOLATILE}',

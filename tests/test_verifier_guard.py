@@ -89,8 +89,9 @@ def test_ei_eval_stops_on_a_server_whose_checks_all_time_out_and_resumes_after_t
     kept = read_samples(out / 'eval_samples.jsonl')
     assert len(kept) >= 8 and all(v['verdict'] == 'error' for v in read_verdicts(out / 'eval_verdicts.jsonl', False))
     with checker('ok') as (url, h):                                # the fix: a working server
-        r = eval_cli(_eval_args(tmp_path / 'problems.jsonl', tiny_model_dir, out, url))
+        r = eval_cli(_eval_args(tmp_path / 'problems.jsonl', tiny_model_dir, out, url) + ['--allow-unreplayed'])
     assert r['verdict_counts'] == {'pass': 32} and r['solved'] == 32    # every `error` was checked again
+    assert r['unreplayed_passes'] == 32 and r['allow_unreplayed']      # issue 36: server passes are not replayed
     ids = [c['custom_id'] for b in h.seen for c in b['codes']]
     # one line probe, each sample and its reference statement
     assert ids.count('ei-line-probe') == 1 and len(ids) == 1 + 32 + 32

@@ -84,6 +84,11 @@ CHEATS = [  # (id, problem name, code, rule that must reject it)
     ('set_option trace', N, H + S + '  set_option trace.Meta.Tactic.simp true in\n' + P, 'set_option'),
     ('apply?', N, H + S + '  apply?', 'search'),
     ('exact?', N, H + S + '  exact?', 'search'),
+    ('@[simp] helper (issue 36: attributes anywhere)', N, H + '@[simp] lemma z : True := trivial\n' + S + P,
+     'attribute'),
+    ('conv => run_conv (issue 36)', N, H + S + '  conv => run_conv do pure ()\n' + P, 'metaprogram'),
+    ('unknown syntax (issue 36: the allow-list)', N, H + S + '  compute_degree\n', 'token'),
+    ('Nat.pow written out (issue 36: lean4#8060)', N, H + S + '  have : Nat.pow 2 2 = 4 := rfl\n' + P, 'kernel'),
     ('def shadowing', N, H + 'def sqrt (x : ℝ) : ℝ := 0\n' + S + P, 'definition'),
     ('abbrev', N, H + 'abbrev K := ℕ\n' + S + P, 'definition'),
     ('variable adds a hypothesis', N, H + 'variable (h : False)\n' + S + '  exact h.elim', 'scope'),
@@ -354,7 +359,7 @@ class TestFaultInjection:
         v, log = _fake_repl(project, tmp_path)
         with v: verdicts = [v.verify_one(*_proof('', i))['verdict'] for i in range(5)]
         assert verdicts == ['pass'] * 5
-        assert _log(log) == {'start': 1, 'cmd': 7, 'lean': 0}     # 1 header + 1 reference statement + 5 proofs
+        assert _log(log) == {'start': 1, 'cmd': 6, 'lean': 0}     # 1 header + 5 proofs (the replay tool: the reference)
 
     def test_recycled_after_max_uses(self, project, tmp_path):
         v, log = _fake_repl(project, tmp_path, max_uses=3, statement_check=False)   # counts proofs only
@@ -390,15 +395,13 @@ class TestFaultInjection:
         v, log = _fake_repl(project, tmp_path)
         with v:
             ok = [v.verify_one(*_proof('', i)) for i in range(3)]
-            # Lean elaborated the theorem's statement to another type
-            bad = v.verify_one(*_proof('FAKE:retype', 3))
-            # the reference is elaborated once per header and statement
-            assert v.stats['reference_runs'] == 1
+            bad = v.verify_one(*_proof('FAKE:retype', 3))        # Lean elaborated the theorem's statement to another type
+            assert v.stats['reference_runs'] == 0                 # issue 36: the replay tool compares, no probe read
         assert [r['verdict'] for r in ok] == ['pass'] * 3
-        assert bad['verdict'] == 'fail' and bad['reason'].startswith('lean_statement:'), bad
-        v, _ = _fake_repl(project, tmp_path, statement_check=False)
-        # switched off: only the axioms decide
-        with v: assert v.verify_one(*_proof('FAKE:retype'))['verdict'] == 'pass'
+        assert bad['verdict'] == 'fail' and "is not the reference statement's" in bad['reason'], bad
+        v, _ = _fake_repl(project, tmp_path, statement_check=False, replay=False)
+        with v: r = v.verify_one(*_proof('FAKE:retype'))
+        assert r['verdict'] == 'pass' and r['unreplayed'], r    # no replay, no probe: the axioms decide, and it says
 
     def test_header_hang_stops_the_run_and_broken_header_is_an_error(self, project, tmp_path):
         v, log = _fake_repl(project, tmp_path, '--hang-on-header', header_timeout=0.5, workers=2)

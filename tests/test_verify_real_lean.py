@@ -30,11 +30,13 @@ class TestRealLean:
         prob = {**MINIF2F[N], 'name': 't_plus', 'formal_statement': 'theorem t_plus : (2 : ℕ) + 2 = 4 := by\n'}
         cheat = H + 'local notation:65 a " + " b => (a * b : ℕ)\n' + prob['formal_statement'] + '  norm_num\n'
         honest = H + prob['formal_statement'] + '  norm_num\n'
-        with make_verifier('repl', project=LEAN_PROJECT, workers=1, timeout=300, policy={'rules': {'syntax': False}}) as v:
+        off = {'rules': {'syntax': False, 'token': False}}       # issue 36: the allow-list would stop it first too
+        with make_verifier('repl', project=LEAN_PROJECT, workers=1, timeout=300, policy=off) as v:
             r_cheat = v.verify_one(prob, sample('t_plus', 0, fence(cheat)))
             r_honest = v.verify_one(prob, sample('t_plus', 1, fence(honest)))
         assert r_honest['verdict'] == 'pass', r_honest
-        assert r_cheat['verdict'] == 'fail' and r_cheat['reason'].startswith('lean_statement'), r_cheat
+        # issue 36: the replay tool elaborates the reference and compares the type (no probe message decides)
+        assert r_cheat['verdict'] == 'fail' and "is not the reference statement's" in r_cheat['reason'], r_cheat
 
     def test_the_kernel_replay_catches_an_environment_a_metaprogram_forged(self):
         "lean4checker's AddFalse (Lean4CheckerTests/AddFalse.lean, tag v4.9.0) with the pre-check rules that name it switched off."
@@ -45,7 +47,7 @@ class TestRealLean:
                  '    mk env.const2ModIdx constants env.extensions env.extraConstNames env.header\n\nadd_false\n\n'
                  + prob['formal_statement'] + '  exact false\n')
         honest = H + 'theorem t_true : True := by\n  trivial\n'
-        policy = {'rules': {'syntax': False, 'open': False, 'toplevel': False}}
+        policy = {'rules': {'syntax': False, 'open': False, 'toplevel': False, 'token': False, 'metaprogram': False}}
         with make_verifier('repl', project=LEAN_PROJECT, workers=1, timeout=300, policy=policy) as v:
             r = v.verify_one(prob, sample('t_false', 0, fence(forge)))
             ok = v.verify_one({**prob, 'name': 't_true', 'formal_statement': 'theorem t_true : True := by\n'}, sample('t_true', 1, fence(honest)))

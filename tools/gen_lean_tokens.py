@@ -35,6 +35,14 @@ DEPS = {'batteries': ('leanprover-community/batteries', 'Batteries'), 'aesop': (
 ROOTS = ['Mathlib', 'Aesop']                 # the problem header: import Mathlib, import Aesop
 CORE_ROOTS = ('Init', 'Lean', 'Lake', 'Std')  # modules of the toolchain itself
 
+# `"tok " (interpolatedStr…`, `msg:(interpolatedStr…`
+_INTERP = re.compile(r'\s*(?:[A-Za-z_][\w]*:)?\(?\s*interpolatedStr')
+
+def _opener(lits:list, k:int) -> str:
+    "The token opening the interpolated string after literal k: `aesop_trace![` for `\"aesop_trace![\" opt \"] \" …`."
+    t = lits[k][1].strip()
+    return lits[k - 1][1].strip() if t == ']' and k and lits[k - 1][1].strip().endswith('[') else t
+
 HEADS = ('syntax', 'macro', 'elab', 'notation', 'notation3', 'infix', 'infixl', 'infixr', 'prefix', 'postfix',
          'binder_predicate', 'declare_syntax_cat')
 _MODS = r"(?:@\[[^\]]*\]\s*|(?:private|protected|noncomputable|unsafe|partial|nonrec)\s+|local\s+|scoped(?:\[[^\]]*\])?\s+)*"
@@ -132,7 +140,8 @@ def extract_file(text, path):
     ns_at, out = namespace_at(code), []
     ranges = chunks(code, text)
     for m in _HEAD.finditer(code):
-        if text[m.start()] in ' \t': continue     # indented: inside a body or a quotation (a leading comment blanks to spaces, not col 0)
+        # indented: inside a body or a quotation (a leading comment blanks to spaces, not col 0)
+        if text[m.start()] in ' \t': continue
         mods, head = m.group(1) or '', m.group(2)
         end = next((b for a, b in ranges if a <= m.start(2) < b), len(code))   # modifiers may stand on the lines above
         if 'local' in mods.split(): continue                       # local: gone after the import
@@ -167,7 +176,7 @@ def extract_file(text, path):
             pre = [w for w in re.findall(r"[A-Za-z_][\w.]*", lead) if w not in ('ppSpace', 'withPosition', 'group', 'atomic',
                                                                                   'ppIndent', 'ppGroup', 'ppDedent', 'ppRealGroup', 'tk', 'ppAllowUngrouped')]
             first = dict(token=t0, nonreserved=amp0, after=pre)
-        interp = [t.strip() for _, t, _, e in lits if re.match(r'\s*\(?\s*interpolatedStr', code[e:body_end])]
+        interp = [_opener(lits, k) for k, (_, _, _, e) in enumerate(lits) if _INTERP.match(code[e:body_end])]
         out.append(dict(kind=head, tokens=[t for _, t, amp in reserved if not amp], nonreserved=[t for _, t, amp in reserved if amp],
                         category=category, first=first, scope=scope, path=path, interpolation=interp))
     for m in _PARSER_DEF.finditer(code):                       # Lean-defined parsers: `leading_parser "tok" >> …`

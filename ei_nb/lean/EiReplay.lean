@@ -19,10 +19,30 @@ Input: the constants a proof added, as either
 
 Protocol (the REPL's framing): one JSON object per request, requests separated by a blank line; one JSON object
 per reply, then a blank line, flushed.
-  request: {"pickle": PATH, "name": "NAME", "imports": ["Init", "Mathlib", "Aesop"]}   (or "olean": PATH)
-  reply:   {"ok": true, "replayed": K, "axioms": ["propext", ...], "type": "<Expr.dbgToString of NAME's type>"}
-        |  {"ok": false, "reason": "..."}        the proof's fault: the verdict is `fail`
+  request: {"pickle": PATH, "name": "NAME", "imports": ["Init", "Mathlib", "Aesop"],
+            "reference": "<the header's commands but imports, then the problem's statement closed by sorry>"}
+           (or "olean": PATH; "reference" optional)
+  reply:   {"ok": true, "replayed": K, "axioms": ["propext", ...], "type": "<Expr.dbgToString of NAME's type>",
+            "statement": "same" | "differs" | "unchecked" | "no_reference" (the reference did not elaborate),
+            "reference_type": "<… of the reference's type>"}
+        |  {"ok": false, "reason": "..."}        the proof's fault (or a kernel-bug guard): the verdict is `fail`
         |  {"error": "..."}                      this tool's fault (unreadable file, import failed): exit 3 upstream
+
+Issue 36: the verdict comes from this process alone. It reads no message Lean or the candidate wrote: the axioms
+are collected in the replayed environment, and the statement's type is compared here with the reference statement
+elaborated in this process from the header's imports alone (`Lean.Elab.IO.processCommands` on the reference text,
+`src/Lean/Elab/Frontend.lean`; the comparison is `Expr` equality, as SafeVerify's `checkTheorem` compares
+`ConstantInfo.type`s, GasStationManager/SafeVerify 0c0f7dcf `Main.lean`).
+Kernel-bug guards (the pinned v4.9.0-rc1 kernel; the table is in nbs/verifier/policy.ipynb), checked on every added
+constant before the replay:
+* only theorems and definitions: no inductive type, constructor, recursor, quotient, opaque or axiom (the proofs of
+  `False` of lean4#14576/#14577, #14613, #14806/#14807 all declare their own inductive types or structures);
+* no free or meta variable, or loose bound variable, in a type or value (lean4#14484/#14498: an `opaque` whose value
+  holds an fvar of a seeded cache);
+* every `Expr.proj S i _` names a structure-like inductive type of the header's environment with i < its fields
+  (lean4#14576: a projection whose structure does not match);
+* no `Nat.pow c e` with `c` a constant and `e` a literal, and no literal exponent of 2^24 or more (lean4#8060:
+  `reduce_pow` read a constant base as a GMP number; lean4#15022: the exponent 2^31 hung `mpz::pow`).
 -/
 import Lean
 import Lean.Replay
@@ -96,6 +116,48 @@ def axiomsOf (env : Environment) (n : Name) : Array Name := axiomsFrom env [n] {
 
 def failed (why : String) : Json := Json.mkObj [("ok", toJson false), ("reason", toJson why)]
 
+/-- A constant (not a numeral) as the base of `Nat.pow`: the shape lean4#8060's kernel read as a literal. -/
+def isConstBase : Expr → Bool
+  | .const _ _ => true
+  | .mdata _ e => isConstBase e
+  | _ => false
+
+def literalValue : Expr → Option Nat
+  | .lit (.natVal n) => some n
+  | .mdata _ e => literalValue e
+  | e => if e.isAppOfArity ``OfNat.ofNat 3 then literalValue (e.getArg! 1) else none
+
+/-- The first subterm of `e` that a guard refuses, described. -/
+def badSubterm (base : Environment) (e : Expr) : Option String :=
+  let hit := e.find? fun x =>
+    (x.isAppOfArity ``Nat.pow 2 && (isConstBase (x.getArg! 0) && (literalValue (x.getArg! 1)).isSome
+        || (literalValue (x.getArg! 1)).any (· ≥ 2 ^ 24)))
+    || (match x with
+        | .proj s i _ => match getStructureLikeNumFields base s with
+          | 0 => true
+          | n => i ≥ n
+        | _ => false)
+  hit.map fun
+    | .proj s _ _ => s!"a projection of {s}, not a field of a structure of the header (lean4#14576)"
+    | _ => "Nat.pow on a constant base, or a huge exponent (lean4#8060, #15022)"
+
+/-- The kernel-bug guards (see the module doc) on one added constant: `none` when it passes. -/
+def guard (base : Environment) (ci : ConstantInfo) : Option String :=
+  let kind := match ci with
+    | .thmInfo _ | .defnInfo _ => none
+    | _ => some s!"{ci.name} declares an inductive type, constructor, recursor, opaque, quotient or axiom"
+  let exprs := ci.type :: (match ci.value? with | some v => [v] | none => [])
+  if kind.isSome then kind
+  else if exprs.any (fun e => e.hasFVar || e.hasMVar || e.hasLooseBVars) then
+    some s!"{ci.name} holds a free, meta or loose bound variable (lean4#14484)"
+  else (exprs.findSome? (badSubterm base)).map (s!"{ci.name}: " ++ ·)
+
+/-- The type of the reference statement elaborated from the header's imports alone, in this process. -/
+def referenceType (base : Environment) (name : Name) (text : String) : IO (Option Expr) := do
+  let inputCtx := Parser.mkInputContext text "<reference>"
+  let s ← Elab.IO.processCommands inputCtx {} (Elab.Command.mkState base {} {})
+  return (s.commandState.env.find? name).map (·.type)
+
 /-- Check the proof's added constants before any replay: the same imports as the header, NAME added, a theorem. -/
 def precheck (added : Added) (name : Name) (want : Array String) : Option String :=
   let got := (importNames added.imports).map toString
@@ -114,12 +176,21 @@ unsafe def answer (cache : IO.Ref (Option Base)) (j : Json) : IO Json := do
     | none, none => throw <| IO.userError "the request names neither a pickle nor an olean"
   if let some why := precheck added name want then return failed why
   let base ← baseFor cache added.imports
+  if let some why := added.constants.toList.findSome? (fun (_, ci) => guard base ci) then
+    return failed s!"kernel-bug guard: {why}"
   match ← EIO.toBaseIO (base.replay added.constants) with
   | .error e => return failed (toString e)
   | .ok env =>
     let some ci := env.find? name | return failed s!"{name} is missing after the replay"
+    let ref ← match (j.getObjValAs? String "reference").toOption with
+      | some text => referenceType base name text
+      | none => pure none
+    let statement := match ref with
+      | none => if (j.getObjValAs? String "reference").isOk then "no_reference" else "unchecked"
+      | some t => if t == ci.type then "same" else "differs"
     return Json.mkObj [("ok", toJson true), ("replayed", toJson added.constants.size),
-      ("axioms", toJson ((axiomsOf env name).map toString)), ("type", toJson ci.type.dbgToString)]
+      ("axioms", toJson ((axiomsOf env name).map toString)), ("type", toJson ci.type.dbgToString),
+      ("statement", toJson statement), ("reference_type", toJson ((ref.map (·.dbgToString)).getD ""))]
 
 /-- The next request: lines up to a blank line (blank lines before it skipped); "" at the end of the input. -/
 partial def readRequest (stdin : IO.FS.Stream) (acc : String := "") : IO String := do
