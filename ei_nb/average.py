@@ -10,11 +10,13 @@ from pathlib import Path
 from .core import BadInput, fsync_dir, sha256_json
 from .average_io import ALIGN, Buf, Src, Dst, Windows, sha256_stream
 from .average_io import DTYPE_KIND, c_kernel, kernel_name
+from .cli import parser, say, stage_defaults
+from .params_check import arg_type
 
 # %% auto #0
 __all__ = ['ITEMSIZE', 'FLOATS', 'SINGLE', 'INDEX', 'FORMATS', 'TIED', 'FORMULA', 'COPY_FILES', 'TensorRef', 'read_header',
            'tensor_refs', 'save_safetensors', 'Checkpoint', 'load_checkpoint', 'round_f64', 'avg_into', 'OutTensor',
-           'OutShard', 'plan_average', 'AverageJob', 'average_checkpoints', 'average_cli']
+           'OutShard', 'plan_average', 'AverageJob', 'average_checkpoints', 'average_parser', 'average_cli']
 
 # %% ../nbs/03_average.ipynb #ca68ef3c
 ITEMSIZE = {'BOOL': 1, 'U8': 1, 'I8': 1, 'F8_E4M3': 1, 'F8_E5M2': 1, 'F8_E8M0': 1, 'I16': 2, 'U16': 2,
@@ -419,8 +421,8 @@ def _average_to(tmp:Path, A, F, shards, notes, request, opts:dict, t0:float) -> 
 def average_checkpoints(anchor, # anchor model dir: the original base model (`anchor = original`) or the round's input (`previous`)
                         finetuned, # fine-tuned (merged SFT) model dir; the output follows its sharding and files
                         out, # output model dir, created atomically
-                        ft_weight:float=0.7, # weight on the fine-tuned model, in [0, 1]
-                        threads:int=12, # worker threads: the disks want many requests in flight, even on 2 cores
+                        ft_weight:float, # weight on the fine-tuned model, in [0, 1] (0 keeps the anchor, 1 the fine-tuned model)
+                        threads:int=2, # worker threads (the notebook's default); real models want about 12: the disks need requests in flight
                         chunk:int=4 << 20, # bytes per window, a multiple of 4096; buffers take (2 x threads + 4) x chunk
                         force:bool=False, # replace a non-empty `out` that is not an earlier average
                         verify:bool=True, # before skipping a finished output, re-check its sha256
@@ -453,19 +455,25 @@ def average_checkpoints(anchor, # anchor model dir: the original base model (`an
     return rec | {'seconds': round(dt, 3), 'gb_per_s': round(total / dt / 1e9, 3), 'skipped': False, 'out': str(out)}
 
 # %% ../nbs/03_average.ipynb #7336c211
-def average_cli(argv:list[str]) -> dict:
-    "`ei average --anchor DIR --finetuned DIR --ft-weight W --out DIR [--threads N]`: prints tensors, bytes_written, seconds, gb_per_s."
-    from ei_nb.cli import parser, say, positive_int, open_unit_float
+def average_parser():
+    "`ei average`'s arguments (defaults: the parameters cell of nbs/03_average.ipynb; allowed values: `ei_nb.params_check`)."
+    d = stage_defaults('03_average')
     p = parser('average', 'stream-average two safetensors checkpoints: out = (1 - W) * anchor + W * finetuned, '
                           'in float64 rounded once to each dtype')
     p.add_argument('--anchor', required=True, help='the anchor model dir (the original base model, or the previous round)')
     p.add_argument('--finetuned', required=True, help='the fine-tuned (merged) model dir; the output follows its sharding')
-    p.add_argument('--ft-weight', type=open_unit_float, default=0.7, help='weight W on the fine-tuned model, 0 < W <= 1 (default 0.7)')
+    p.add_argument('--ft-weight', type=arg_type('average', 'ft_weight'), default=d['ft_weight'],
+                   help=f"weight W on the fine-tuned model, 0 <= W <= 1 (0 keeps the anchor; default {d['ft_weight']})")
     p.add_argument('--out', required=True, help='output model dir (written atomically)')
-    p.add_argument('--threads', type=positive_int, default=12, help='worker threads (default 12; memory is about 2 x threads x chunk)')
+    p.add_argument('--threads', type=arg_type('average', 'threads'), default=d['threads'],
+                   help=f"worker threads (default {d['threads']}; real models want about 12; memory is about 2 x threads x chunk)")
     p.add_argument('--chunk-kib', type=int, default=4096, help='window size in KiB, a multiple of 4 (default 4096)')
-    p.add_argument('--force', action='store_true', help='replace a non-empty --out that is not an earlier average')
-    a = p.parse_args(argv)
+    p.add_argument('--force', action='store_true', default=d['force'], help='replace a non-empty --out that is not an earlier average')
+    return p
+
+def average_cli(argv:list[str]) -> dict:
+    "`ei average --anchor DIR --finetuned DIR --ft-weight W --out DIR [--threads N]`: prints tensors, bytes_written, seconds, gb_per_s."
+    a = average_parser().parse_args(argv)
     r = average_checkpoints(a.anchor, a.finetuned, a.out, a.ft_weight, threads=a.threads, chunk=a.chunk_kib << 10,
                             force=a.force, log=say)
     return {k: r[k] for k in ('tensors', 'bytes_written', 'seconds', 'gb_per_s')}

@@ -4,24 +4,24 @@
 
 # %% ../nbs/run/config.ipynb #f655931f
 from __future__ import annotations
-import ast, difflib, io, os, shutil, sys, tokenize
+import difflib, os, shutil, sys
 from pathlib import Path
 from .core import BadInput, shared_data
-from .cli import say
+from .cli import say, cell_parameters, notebook_path, _notebook_cell   # the one reader of a parameters cell
 from .eta import ETA_KEYS
 from .layout import RunLayout
 from .params_check import rule_for
 from .vllm_server import serve_settings
-from .verify import backend_names
+from .verify import VerifierSettings, backend_names
+from .samplers import DP_FIX, SAMPLER_NAMES
 
 # %% auto #0
 __all__ = ['VERIFY_WIRING', 'SERVE_WIRING', 'WIRING', 'WIRED', 'OPTIONAL_STAGES', 'SECTIONS', 'DRIVER_KEYS', 'STAGE_DRIVER_KEYS',
-           'notebook_path', 'cell_parameters', 'notebook_parameters', 'parse_set', 'read_toml', 'load_config', 'expand',
-           'portable', 'resolve_paths', 'verifier_params', 'served', 'serve_params', 'validate_config']
+           'notebook_parameters', 'flat_parameters', 'group_keys', 'parse_set', 'read_toml', 'load_config', 'expand',
+           'portable', 'resolve_paths', 'verifier_params', 'verify_param', 'served', 'serve_params', 'validate_config']
 
 # %% ../nbs/run/config.ipynb #2d393e4f
-VERIFY_WIRING = {'verify_backend': 'verify_backend', 'lean_project': 'lean_project', 'workers': 'workers', 'timeout': 'timeout',
-                 'known_proofs': 'known_proofs', 'max_error_frac': 'max_error_frac'}   # the verifier: one setting for every stage that checks proofs
+VERIFY_WIRING = {'verify': 'verify'}   # the verifier, one dict of `VerifierSettings` keys: the same for every stage that checks proofs
 SERVE_WIRING = {'serve': 'serve', 'serve_log': 'serve_log'}   # the managed vLLM server of a stage that samples (sampler "served")
 WIRING = {
     'demo': {'out_dir': 'demo_dir', 'prompt_style': 'prompt_style'},
@@ -55,30 +55,26 @@ OPTIONAL_STAGES = {'00b_conjecture': 'conjecture', '01c_correct': 'correct', '03
 SECTIONS = {'demo': 'demo', '00_select': 'select', '01_sample_verify': 'sample_verify', '02_sft': 'sft', '03_average': 'average',
             '04_eval': 'eval', '05_stop_rule': 'stop_rule', '06_report': 'report'} | OPTIONAL_STAGES   # config section of every stage
 
-def notebook_path(stage:str, nbs=None) -> Path:
-    "The source notebook of `stage` (in `nbs`, else `$EI_NBS`, else the repository's `nbs/`)."
-    return Path(nbs or os.environ.get('EI_NBS') or Path(__file__).resolve().parent.parent/'nbs')/f'{stage}.ipynb'
+
 
 # %% ../nbs/run/config.ipynb #84f70749
-def cell_parameters(src:str) -> dict:
-    "`{name: {'default', 'help'}}` of the `name = literal` assignments of a parameters cell."
-    comments = {t.start[0]: t.string.lstrip('#').strip()
-                for t in tokenize.generate_tokens(io.StringIO(src).readline) if t.type == tokenize.COMMENT}
+def notebook_parameters(path) -> dict:
+    "Parameters of the cell tagged `parameters` in the notebook at `path` (`ei_nb.cli.cell_parameters`)."
+    return cell_parameters(_notebook_cell(str(path)))
+
+def flat_parameters(params:dict, wired=()) -> dict:
+    "The parameters as a config section names them: each key of a group (a `dict(...)` the driver does not set) on its own."
     out = {}
-    for node in ast.parse(src).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try: value = ast.literal_eval(node.value)
-            except ValueError: value = None
-            out[node.targets[0].id] = {'default': value, 'help': comments.get(node.end_lineno, '')}
+    for name, p in params.items():
+        if 'keys' not in p or name in wired: out[name] = p; continue
+        for k, v in p['default'].items():
+            if k in params: raise BadInput(f'parameter {k!r} is both a key of the group {name!r} and a parameter')
+            out[k] = {'default': v, 'help': p['keys'].get(k, ''), 'group': name}
     return out
 
-def notebook_parameters(path) -> dict:
-    "Parameters of the cell tagged `parameters` in the notebook at `path`."
-    import nbformat
-    nb = nbformat.read(str(path), as_version=4)
-    cells = [c for c in nb.cells if 'parameters' in c.get('metadata', {}).get('tags', [])]
-    if len(cells) != 1: raise BadInput(f'{path}: expected one cell tagged `parameters`, found {len(cells)}')
-    return cell_parameters(cells[0].source)
+def group_keys(params:dict, wired=()) -> dict:
+    "`{group: [its keys]}` of the groups `flat_parameters` opens."
+    return {name: list(p['default']) for name, p in params.items() if 'keys' in p and name not in wired}
 
 # %% ../nbs/run/config.ipynb #390c4d5d
 DRIVER_KEYS = {
@@ -162,14 +158,17 @@ def _driver_section(path:Path, section:str, body:dict) -> dict:
 
 def _stage_section(path:Path, stage:str, body:dict, nbs, warn) -> tuple[dict, dict, list]:
     "A stage section checked against its notebook's parameters: (parameters, driver-only keys, defaults used)."
-    section, params, body = SECTIONS[stage], notebook_parameters(notebook_path(stage, nbs)), dict(body)
+    section, body = SECTIONS[stage], dict(body)
+    params = flat_parameters(notebook_parameters(notebook_path(stage, nbs)), WIRED[stage])
     extra = STAGE_DRIVER_KEYS.get(stage, {})
     driver = {k: body.pop(k, d) for k, (d, _) in extra.items()}
     for k, v in body.items():
         if k in WIRED[stage]: raise BadInput(f'{path}: {section}.{k} is set by the driver (per round), not by the config')
-        if k not in params: raise _unknown(f'key in [{section}] of {path} (not a parameter of {stage}.ipynb nor a driver key): key', k, set(params) - WIRED[stage] | set(extra))
-        if not _type_ok(v, params[k]['default']):
-            raise BadInput(f'{path}: {section}.{k} = {v!r}: expected {type(params[k]["default"]).__name__} like the notebook default {params[k]["default"]!r}')
+        if k not in params:
+            raise _unknown(f'key in [{section}] of {path} (not a parameter of {stage}.ipynb nor a driver key): key', k,
+                           set(params) - WIRED[stage] | set(extra))
+        if not _type_ok(v, d := params[k]['default']):
+            raise BadInput(f'{path}: {section}.{k} = {v!r}: expected {type(d).__name__} like the notebook default {d!r}')
     missing = sorted(set(params) - WIRED[stage] - set(body))
     if missing: warn(f'config: [{section}] does not set {", ".join(missing)}: notebook defaults used')
     return {k: body.get(k, params[k]['default']) for k in params if k not in WIRED[stage]}, driver, missing
@@ -201,12 +200,15 @@ def load_config(path, # the TOML file
     "The validated configuration: driver sections with defaults filled in, and `stages` (parameters by stage)."
     path = Path(path); raw = read_toml(path, sets)
     _check_sections(path, raw)
-    cfg = {'source': str(path.resolve()), 'demo': 'demo' in raw, 'stages': {}, 'stage_driver': {}, 'defaults_used': {}}
+    cfg = {'source': str(path.resolve()), 'demo': 'demo' in raw, 'stages': {}, 'stage_driver': {}, 'defaults_used': {},
+           'groups': {}}   # groups: {stage: {group: [keys]}}, the dict parameters `Sources` injects the flat keys in
     cfg |= {section: _driver_section(path, section, raw.get(section, {})) for section in DRIVER_KEYS}
     for stage in SECTIONS:
         if stage == 'demo' and not cfg['demo']: continue
         if stage in OPTIONAL_STAGES and SECTIONS[stage] not in raw: continue
-        cfg['stages'][stage], cfg['stage_driver'][stage], missing = _stage_section(path, stage, raw.get(SECTIONS[stage], {}), nbs, warn or say)
+        body = raw.get(SECTIONS[stage], {})
+        cfg['stages'][stage], cfg['stage_driver'][stage], missing = _stage_section(path, stage, body, nbs, warn or say)
+        cfg['groups'][stage] = group_keys(notebook_parameters(notebook_path(stage, nbs)), WIRED[stage])
         if missing: cfg['defaults_used'][stage] = missing
     _check_choices(path, cfg)
     if cfg['paths']['lake']:   # the stage kernels find `lake` through EI_LAKE (ei_nb.lean_backends.lake_executable)
@@ -246,6 +248,11 @@ def verifier_params(cfg:dict, paths:dict, run_dir) -> dict:
     known = RunLayout(run_dir).known_proofs(cfg['demo']) if backend == 'known' else ''
     return {'verify_backend': backend, 'lean_project': project if backend in ('lean', 'repl') else '',
             'workers': v['workers'] or 0, 'timeout': v['timeout'], 'known_proofs': str(known), 'max_error_frac': v['max_error_frac']}
+
+def verify_param(v:dict) -> dict:
+    "The `verify` parameter of a stage notebook (the keys of `ei_nb.verify.VerifierSettings`) of `verifier_params`."
+    return {'backend': v['verify_backend'], 'project': v['lean_project'], 'workers': v['workers'], 'timeout': v['timeout'],
+            'known_proofs': v['known_proofs'], 'max_error_frac': v['max_error_frac']}
 
 # %% ../nbs/run/config.ipynb #5223dcb6
 def served(cfg:dict, stage:str) -> bool:
@@ -288,7 +295,6 @@ def _check_paths(cfg):
 
 def _check_samplers(cfg, by):
     "A known sampler; the in-process vllm sampler with one engine; the served one with the server's sizes only."
-    from ei_nb.samplers import DP_FIX, SAMPLER_NAMES
     for section, p in by.items():
         if 'sampler' not in p: continue
         if p['sampler'] not in SAMPLER_NAMES: raise _bad(cfg, section, 'sampler', p['sampler'], 'one of ' + ', '.join(SAMPLER_NAMES))

@@ -4,17 +4,25 @@
 
 # %% ../nbs/00b_conjecture.ipynb #5cf8d6b8
 from __future__ import annotations
-import hashlib, itertools, random, re
+import dataclasses, hashlib, itertools, random, re
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from .core import (SFT_MAX_TOKENS, BadInput, StageFailed, check_record, normalize_ws, read_problems, read_samples, read_verdicts,
                         iter_jsonl, statement_key, write_records)
-from .lean_lex import code_only
+from .lean_lex import code_only, labels
 from .prompts import render_prompt
-from .layout import RoundLayout
+from .layout import RoundLayout, stage_numbers
 from .rows import encode, join_passes, load_tokenizer
 from .sft import add_capped_rows, build_sft_rows, sft_row, is_protected, protected_index, protected_key, protected_match
+from .policy import split_code, precheck
+from .lean_reply import HeaderStall, LeanError
+from .core import sha256_json
+from .samplers import SampleParams, dataclass_from, open_verifier
+from .sample_job import SamplerSetup
+from .remote_samplers import open_sampler
+from .verify import VerifierSettings
 
 # %% auto #0
 __all__ = ['LEMMA_TACTICS', 'LEMMA_MARK', 'EASY_MARK', 'HARD_MARK', 'HARD_END', 'CONJECTURE_ASK', 'STATUSES', 'EASY_TACTICS',
@@ -22,7 +30,7 @@ __all__ = ['LEMMA_TACTICS', 'LEMMA_MARK', 'EASY_MARK', 'HARD_MARK', 'HARD_END', 
            'seed_proofs', 'seed_code', 'choose_pairs', 'conjecture_block', 'conjecture_prompt', 'prompt_problem',
            'parse_conjecture', 'rename_theorem', 'conjecture_name', 'conjecture_problem', 'precheck_statement',
            'check_candidates', 'elaborate', 'lemma_statements', 'proof_length', 'select_conjectures', 'conjecture_rows',
-           'conjecture_proof_rows', 'add_conjecture_rows', 'run_conjecture', 'conjecture_counts']
+           'conjecture_proof_rows', 'add_conjecture_rows', 'ConjectureRules', 'run_conjecture', 'conjecture_counts']
 
 # %% ../nbs/00b_conjecture.ipynb #5ed676af
 LEMMA_TACTICS = frozenset('''norm_num norm_num1 field_simp ring_nf ring1_nf simp_all simp_arith simp_rw simp_intro norm_cast push_cast
@@ -104,8 +112,6 @@ def seed_proofs(problems:list[dict], verdicts:list[dict], # the pool and the lat
 
 def seed_code(proof:str, problem:dict) -> str:
     "The verified code without its header lines and comments: the theorem and its proof (what STP calls the easy theorem)."
-    from ei_nb.policy import split_code
-    from ei_nb.lean_lex import labels
     body = split_code(proof)[1]
     bare = ''.join(ch for ch, lab in zip(body, labels(body)) if lab != 'm' or ch == '\n')
     return '\n'.join(l.rstrip() for l in bare.split('\n') if l.strip())
@@ -191,7 +197,6 @@ def conjecture_problem(statement:str, pp:dict, round_idx:int) -> dict:
 
 def precheck_statement(problem:dict, policy=None) -> str|None:
     "The verifier's pre-check on the statement alone (a neutral `skip` for a proof): None, or the rule it breaks."
-    from ei_nb.policy import precheck
     try: check_record(problem, 'problem')
     except BadInput as e: return f'record: {e}'
     return precheck(problem['formal_statement'] + '\n  skip\n', problem, policy)
@@ -235,7 +240,6 @@ def elaborate(problem:dict, # a conjecture problem record
               easy_timeout:float=10, # seconds the cheap tactics get
              ) -> tuple[str, str|None]:
     "(`accepted` | `not_elaborated` | `too_easy`, detail) of one conjecture."
-    from ei_nb.lean_reply import HeaderStall, LeanError
     stmt = problem['formal_statement'].rstrip()
     try:
         try: err = _lean_errors(backend.run(problem['header'], re.sub(r':=\s*by$', ':= by sorry', stmt) + '\n', timeout))
@@ -253,7 +257,6 @@ def elaborate(problem:dict, # a conjecture problem record
 
 def lemma_statements(names:list[str], header:str, backend, timeout:float=60) -> dict[str, str]:
     "Name -> statement (`theorem NAME args : type`, as Lean's `#check` prints it) of the names Lean knows."
-    from ei_nb.lean_reply import HeaderStall, LeanError
     if not names: return {}
     sent = ''.join(f'#check {n}\n' for n in names)
     try: reply = backend.run(header, sent, timeout)
@@ -272,7 +275,6 @@ def lemma_statements(names:list[str], header:str, backend, timeout:float=60) -> 
 # %% ../nbs/00b_conjecture.ipynb #1961db50
 def proof_length(code:str, statement:str) -> int:
     "Characters of the proof after the statement (whitespace-normalised, header and comments excluded)."
-    from ei_nb.policy import split_code
     body, stmt = normalize_ws(code_only(split_code(code)[1])), normalize_ws(code_only(statement))
     i = body.find(stmt)
     return len(body) - (i + len(stmt)) if i >= 0 else len(body)
@@ -363,7 +365,6 @@ def _earlier_checks(path, checked_by:str) -> dict:
 
 def _lean_checks(cands:list[dict], ver, easy_timeout:float, earlier_path) -> None:
     "Elaborate the accepted candidates in place with the open verifier's Lean back-end, reusing an earlier run's answers."
-    from ei_nb.core import sha256_json
     checked_by = sha256_json({'lean': ver.identity, 'timeout': ver.timeout, 'easy_timeout': easy_timeout,
                               'bundle': EASY_TACTICS, 'heartbeats': EASY_HEARTBEATS})[:16]
     earlier, todo = _earlier_checks(earlier_path, checked_by), [c for c in cands if c['status'] == 'accepted']
@@ -386,31 +387,29 @@ def _prompts(problems, verdicts, n_prompts, lemma_frac, seed, round_idx, tok, st
     stmt = lambda s, l: statements.get(s['problem']['header'], {}).get(l, f'theorem {l}')
     return [prompt_problem(s, l, stmt(s, l), i, round_idx, tok, style) for i, (s, l) in enumerate(pairs)], seeds
 
-def _generate(problems:list[dict], verdicts:list[dict], R:RoundLayout, model_dir, tok, ver, job:dict,
-              params:'SampleParams', # how conjectures are sampled (n = conj_per_prompt, the conjecture cap)
-              round_idx:int, choose:dict, # n_prompts, lemma_frac, seed, seed_min_rate: how prompts are chosen
-              known:set, protected, easy_timeout:float) -> tuple[list, list, dict, list, list]:
-    "Prompts from the seed proofs, conjectures sampled from them, each checked as a statement (by Lean too when `ver` has it); all written to `R`."
-    from ei_nb.sample_job import sample_and_verify
+def _generate(problems:list[dict], verdicts:list[dict], R:RoundLayout, model_dir, tok, ver, setup:SamplerSetup,
+              params:SampleParams, # how conjectures are sampled (n = conj_per_prompt, the conjecture cap)
+              round_idx:int, rules:ConjectureRules, known:set, protected, log) -> tuple[list, list, dict, list, list]:
+    "Prompts from the seed proofs, conjectures sampled from them, each checked as a statement (by Lean too when `ver` has it)."
     backend = getattr(ver, 'backend', None)
-    prompts, seeds = _prompts(problems, verdicts, choose['n_prompts'], choose['lemma_frac'], choose['seed'], round_idx, tok,
-                              job['prompt_style'], protected, backend, getattr(ver, 'timeout', 60), choose['seed_min_rate'])
+    prompts, seeds = _prompts(problems, verdicts, rules.n_prompts, rules.lemma_frac, params.seed, round_idx, tok,
+                              setup.prompt_style, protected, backend, getattr(ver, 'timeout', 60), rules.seed_min_rate)
     write_records(R.conjecture_prompts, prompts, 'problem')
-    gen = sample_and_verify(prompts, model_dir, R.conjecture_generations, None, params, round_idx, verifier=None,
-                            settings={'model': str(Path(model_dir).resolve()), 'stage': 'conjecture'}, **job)
+    gen = setup.run(prompts, model_dir, R.conjecture_generations, None, params, round_idx, None,
+                    settings={'model': str(Path(model_dir).resolve()), 'stage': 'conjecture'}, log=log)
     gens = read_samples(R.conjecture_generations, required=False)
     cands = check_candidates(gens, {p['name']: p for p in prompts}, known, protected, round_idx)
-    if backend is not None: _lean_checks(cands, ver, easy_timeout, R.conjecture_candidates)
+    if backend is not None: _lean_checks(cands, ver, rules.easy_timeout, R.conjecture_candidates)
     write_records(R.conjecture_candidates, cands)
     return prompts, seeds, gen, gens, cands
 
-def _prove(cands:list[dict], R:RoundLayout, model_dir, verifier, job:dict, params:'SampleParams', round_idx:int) -> tuple[list, dict, list, list]:
+def _prove(cands:list[dict], R:RoundLayout, model_dir, verifier, setup:SamplerSetup, params:SampleParams, round_idx:int,
+           log) -> tuple[list, dict, list, list]:
     "The accepted conjectures as problems, proved `params.n` times each and verified; all written to `R`."
-    from ei_nb.sample_job import sample_and_verify
     cproblems = [c['problem'] for c in cands if c['status'] == 'accepted']
     write_records(R.conjecture_problems, cproblems, 'problem')
-    proof = sample_and_verify(cproblems, model_dir, R.conjecture_samples, R.conjecture_verdicts, params, round_idx, verifier=verifier,
-                              settings={'model': str(Path(model_dir).resolve())}, **job)
+    proof = setup.run(cproblems, model_dir, R.conjecture_samples, R.conjecture_verdicts, params, round_idx, verifier,
+                      settings={'model': str(Path(model_dir).resolve())}, log=log)
     return cproblems, proof, read_samples(R.conjecture_samples, required=False), read_verdicts(R.conjecture_verdicts, required=False)
 
 def _keep(cands:list[dict], cproblems:list[dict], samples:list[dict], verdicts:list[dict], prompts:list[dict], R:RoundLayout,
@@ -439,46 +438,58 @@ def _counts(seeds, prompts, gen:dict, gens, cands, cproblems, proof:dict, sample
             'timings': {'conjecturing': gen['timings'], 'proving': proof['timings']},
             'n_generated': gen.get('n_generated', 0) + proof.get('n_generated', 0)}
 
+@dataclass(frozen=True)
+class ConjectureRules:
+    "How prompts are chosen and conjectures kept (the notebook's `conjecture` parameter)."
+    n_prompts:int # conjecturer prompts, (seed, lemma) pairs
+    conj_per_prompt:int # conjectures sampled per prompt
+    conj_hi:float # kept conjectures have pass rate in (0, conj_hi)
+    lemma_frac:float # each lemma in at most this fraction of the prompts
+    elegance_quantile:float # per lemma, the least elegant fraction of the kept conjectures dropped
+    conj_max_new_tokens:int # the cap for a conjecture
+    easy_timeout:float # seconds the cheap tactics get on a conjecture
+    seed_min_rate:float # only problems solved more often than this seed
+    max_tokens:int # conjecturer rows longer than this are dropped
+    proof_hi:float=PROVER_HI # prover rows: conjectures proved at a rate in (0, proof_hi] ...
+    max_proofs:int=4 # ... with this many distinct proofs each
+
+    @classmethod
+    def from_dict(cls, d:dict, where:str='conjecture') -> 'ConjectureRules':
+        "The rules of a dict; an unknown key is a `BadInput` naming it."
+        return dataclass_from(cls, d, where)
+
 def run_conjecture(problems_path, verdicts_path, # the pool and the latest verdicts of its problems (the seeds)
-                   model_dir, out_dir, round_idx:int=1,
+                   model_dir, out_dir, round_idx:int,
+                   sampling:SampleParams, # the proofs: n per conjecture, their cap; temperature, top_p, seed for both jobs
+                   verify:VerifierSettings|None, # the verifier (backend none: no Lean, proofs `unchecked`)
+                   sampler:SamplerSetup, # the sampler and its options, the prompt style, the chunking
+                   rules:ConjectureRules, # how prompts are chosen and conjectures kept
                    extra_problems_paths=(), # earlier rounds' conjectures.jsonl: never conjectured again
-                   n_prompts:int=256, conj_per_prompt:int=1, n:int=8, conj_hi:float=0.25, lemma_frac:float=0.1,
-                   elegance_quantile:float=0.2, conj_max_new_tokens:int=512, max_new_tokens:int=16384,
-                   temperature:float=1.0, top_p:float=0.95, seed:int=0,
-                   sampler:str='transformers', sampler_options:dict|None=None, verifier=None, # `VerifierSettings` (None: no Lean, proofs `unchecked`)
-                   prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5, max_tokens:int=SFT_MAX_TOKENS,
-                   easy_timeout:float=10, seed_min_rate:float=0.0, protected=(), log=print, progress:bool|None=None,
-                   proof_hi:float=PROVER_HI, max_proofs:int=4, # prover rows: conjectures proved at a rate in (0, proof_hi], distinct proofs each
-                  ) -> dict:
+                   protected=(), log=print) -> dict:
     "Conjecture, check, prove and keep into the round folder `out_dir`; the counts (the stage's `stage.json` numbers)."
-    from ei_nb.samplers import SampleParams, open_verifier
-    from ei_nb.remote_samplers import open_sampler
-    from ei_nb.verify import VerifierSettings
-    R, tok, verifier = RoundLayout.in_folder(out_dir), load_tokenizer(model_dir), verifier or VerifierSettings()
-    job = dict(sampler=sampler, sampler_options=sampler_options, prompt_style=prompt_style, chunk_problems=chunk_problems,
-               max_prompt_frac=max_prompt_frac, log=log, progress=progress)
+    R, tok, verifier = RoundLayout.in_folder(out_dir), load_tokenizer(model_dir), verify or VerifierSettings()
+    conj = dataclasses.replace(sampling, n=rules.conj_per_prompt, max_new_tokens=rules.conj_max_new_tokens)
     problems = read_problems(problems_path)
     pool_verdicts = read_verdicts(verdicts_path, required=False) if verdicts_path else []     # no verdicts yet: nothing seeds
-    with open_sampler(sampler, model_dir, sampler_options, log) as smp:    # one sampler (one managed server) for both jobs
-        job |= dict(sampler=smp, sampler_options=None)
+    with open_sampler(sampler.sampler, model_dir, sampler.options, log) as smp:    # one sampler (one managed server) for both jobs
+        setup = dataclasses.replace(sampler, sampler=smp, options=None)
         with open_verifier(verifier) as ver:
             lean = getattr(ver, 'backend', None) is not None
-            prompts, seeds, gen, gens, cands = _generate(
-                problems, pool_verdicts, R, model_dir, tok, ver, job, SampleParams(conj_per_prompt, temperature, top_p, conj_max_new_tokens, seed),
-                round_idx, dict(n_prompts=n_prompts, lemma_frac=lemma_frac, seed=seed, seed_min_rate=seed_min_rate),
-                _known_keys(problems, extra_problems_paths), protected, easy_timeout)
-        cproblems, proof, samples, verdicts = _prove(cands, R, model_dir, verifier, job, SampleParams(n, temperature, top_p, max_new_tokens, seed), round_idx)
-    kept, rows, status, proofs = _keep(cands, cproblems, samples, verdicts, prompts, R, tok, round_idx, conj_hi, elegance_quantile, max_tokens,
-                                       dict(max_per_problem=max_proofs, protected=protected, style=prompt_style, hi=proof_hi))
+            prompts, seeds, gen, gens, cands = _generate(problems, pool_verdicts, R, model_dir, tok, ver, setup, conj, round_idx, rules,
+                                                         _known_keys(problems, extra_problems_paths), protected, log)
+        cproblems, proof, samples, verdicts = _prove(cands, R, model_dir, verifier, setup, sampling, round_idx, log)
+    kept, rows, status, proofs = _keep(cands, cproblems, samples, verdicts, prompts, R, tok, round_idx, rules.conj_hi,
+                                       rules.elegance_quantile, rules.max_tokens,
+                                       dict(max_per_problem=rules.max_proofs, protected=protected, style=sampler.prompt_style,
+                                            hi=rules.proof_hi))
     return _counts(seeds, prompts, gen, gens, cands, cproblems, proof, samples, verdicts, kept, rows, status, lean, proofs) | {
-        'n_prompts': n_prompts, 'conj_per_prompt': conj_per_prompt, 'n': n, 'conj_hi': conj_hi, 'keep_rule': '0 < p < conj_hi',
-        'proof_rule': f'0 < p <= {proof_hi}', 'lemma_frac': lemma_frac, 'elegance_quantile': elegance_quantile, 'seed_min_rate': seed_min_rate,
+        **{k: getattr(rules, k) for k in ('n_prompts', 'conj_per_prompt', 'conj_hi', 'lemma_frac', 'elegance_quantile', 'seed_min_rate')},
+        'n': sampling.n, 'keep_rule': '0 < p < conj_hi', 'proof_rule': f'0 < p <= {rules.proof_hi}',
         'sampling': proof.get('sampling'), 'server': proof.get('server')}
 
 HEADLINE = ('generated', 'parsed', 'elaborated', 'proved', 'kept')
 
 def conjecture_counts(stage_json) -> dict|None:
     "The headline counts of a round's conjecture stage (`generated`, `parsed`, `elaborated`, `proved`, `kept`, `rows`) from its `stage.json`; None when it did not run."
-    from ei_nb.layout import stage_numbers
     numbers = stage_numbers(stage_json)
     return None if numbers is None else {k: numbers.get(k) for k in HEADLINE + ('rows',)}

@@ -14,6 +14,10 @@ from .rows import collate, completion_text, encode, join_passes, load_tokenizer,
 from .sft import build_sft_rows, demo_sft_inputs, read_protected
 from .train import (TrainingRun, check_schedule, completion_loss, load_for_training, lr_factor, run_fingerprint, run_trainer_cli,
                          train_lora, train_parser)
+from .policy import precheck, extract_code
+from .lean_reply import judge
+from .core import theorem_name, sha256_file, sha256_json
+from .cli import parser, say, positive_float, positive_int
 
 # %% auto #0
 __all__ = ['LEAN_ERROR', 'DEMO_LOSER', 'OBJECTIVES', 'DPO_KEYS', 'is_lean_failure', 'demo_dpo_inputs', 'pass_rates', 'draw_pairs',
@@ -39,9 +43,6 @@ def _reply(line:int, msg:str) -> dict:
 def demo_dpo_inputs(out_dir, # folder for problems.jsonl, samples.jsonl, verdicts.jsonl
                     tokenizer=None, round_idx:int=1, n_problems:int=32) -> dict[str, Path]:
     "A crafted round with passes, Lean failures, pre-check cheats, timeouts and `no_code`, in the real formats."
-    from ei_nb.policy import precheck, extract_code
-    from ei_nb.lean_reply import judge
-    from ei_nb.core import theorem_name
     paths = demo_sft_inputs(out_dir, tokenizer, round_idx, n_problems)
     problems = {p['name']: p for p in read_problems(paths['problems'])}
     samples, verdicts = read_samples(paths['samples']), read_verdicts(paths['verdicts'])
@@ -375,7 +376,6 @@ def _model_id(model_dir) -> list:
 
 def sft_once(model_dir, rows_path, out_dir, **train_kw) -> dict:
     "`train_lora` into `out_dir`, unless a finished run there had the same rows, model and settings: then its `train.json`."
-    from ei_nb.core import sha256_file, sha256_json
     out_dir = Path(out_dir)
     key, done = sha256_json({'rows': sha256_file(rows_path), 'model': _model_id(model_dir), 'params': train_kw}), out_dir/'sft_key.json'
     if done.exists() and json.loads(done.read_text()) == key and (out_dir/'merged').exists() and (out_dir/'train.json').exists():
@@ -409,7 +409,6 @@ def dpo_summary(metrics:dict, # what `train_dpo` returned
 # %% ../nbs/training/dpo.ipynb #4ab9ca41
 def dpo_data_cli(argv:list[str]) -> dict:
     "`ei dpo-data --problems F --samples F --verdicts F --tokenizer DIR --out F [--pairs-per-problem 4] [--n-stages 1] ...`"
-    from ei_nb.cli import parser, say
     p = parser('dpo-data', 'DPO pairs in curriculum order from verified samples (training/dpo)')
     for f in ('--problems', '--verdicts', '--samples', '--out', '--tokenizer'): p.add_argument(f, required=True)
     for f,t,d in (('--pairs-per-problem', int, 4), ('--n-stages', int, 1), ('--max-per-problem', int, 4),
@@ -429,7 +428,6 @@ def dpo_data_cli(argv:list[str]) -> dict:
 
 def dpo_train_cli(argv:list[str]) -> dict:
     "`ei dpo-train --model DIR --data FILE --out-dir DIR [--beta 0.1] [--lr 5e-6] [...]`: the options of `ei train`, DPO's own."
-    from ei_nb.cli import positive_float, positive_int
     p = train_parser('dpo-train', 'DPO-train a LoRA on ordered pairs, merge and export (training/dpo)', 5e-6, 1,
                      (('--beta', positive_float, 0.1), ('--batch-pairs', positive_int, 16)))
     return run_trainer_cli(p, argv, train_dpo)

@@ -6,16 +6,17 @@
 from __future__ import annotations
 import contextlib, hashlib, json, queue, sys, threading, time
 from concurrent.futures import ThreadPoolExecutor, wait, FIRST_COMPLETED
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, fields
 from pathlib import Path
 from .core import BadInput, atomic_write_json, read_problems, read_records, sha256_json, write_records
 from .prompts import PROMPT_STYLES, render_prompt, verifiable_text
+from .verify import VerifierSettings, make_verifier, verifier_of   # verifier_of: here too for older imports
 
 # %% auto #0
-__all__ = ['DP_FIX', 'SAMPLERS', 'SAMPLER_NAMES', 'SampleParams', 'derive_seed', 'sampling_fields', 'trim_generated',
-           'transformers_generate_kwargs', 'TransformersSampler', 'vllm_engine_kwargs', 'vllm_sampling_kwargs',
-           'VllmSampler', 'make_sampler', 'plan_prompts', 'for_verifier', 'union_s', 'VerifyFeed', 'DelayVerifier',
-           'BackgroundWriter', 'run_pipeline', 'verifier_of', 'open_verifier']
+__all__ = ['DP_FIX', 'SAMPLERS', 'SAMPLER_NAMES', 'SampleParams', 'dataclass_from', 'derive_seed', 'sampling_fields',
+           'trim_generated', 'transformers_generate_kwargs', 'TransformersSampler', 'vllm_engine_kwargs',
+           'vllm_sampling_kwargs', 'VllmSampler', 'make_sampler', 'plan_prompts', 'for_verifier', 'union_s',
+           'VerifyFeed', 'DelayVerifier', 'BackgroundWriter', 'run_pipeline', 'open_verifier']
 
 # %% ../nbs/sampling/samplers.ipynb #d6861d5e
 from .core import POOL_CAP, EVAL_CAP   # the recipe's generation caps: pool sampling, evaluation
@@ -34,6 +35,18 @@ class SampleParams:
     presence_penalty:float=0.0 # 0: none
     frequency_penalty:float=0.0 # 0: none
     stop:tuple=() # stop strings (none: a sample ends at EOS or at the cap)
+
+    @classmethod
+    def from_dict(cls, d:dict, where:str='sampling') -> 'SampleParams':
+        "The parameters of a stage's `sampling` dict; an unknown key is a `BadInput` naming it."
+        return dataclass_from(cls, {**d, 'stop': tuple(d['stop'])} if 'stop' in d else d, where)
+
+def dataclass_from(cls, d:dict, where:str):
+    "`cls(**d)` for a dataclass `cls`; a key it has no field for is a `BadInput` naming it (and the keys it knows)."
+    if not isinstance(d, dict): raise BadInput(f'{where}: expected a dict, got {type(d).__name__}')
+    known = [f.name for f in fields(cls)]
+    if bad := [k for k in d if k not in known]: raise BadInput(f'{where}: unknown key {bad[0]!r}; known: {", ".join(known)}')
+    return cls(**d)
 
 def derive_seed(seed:int, *keys) -> int:
     "A 31-bit seed from `seed` and `keys` (problem names): it does not depend on what ran before."
@@ -441,21 +454,7 @@ def run_pipeline(problems:list[dict], # problem records, in the order chunks are
         'timings': _timings(t0, gen['gen_end'], gen['gen_s'], rec.feed, sum(v.get('verify_s') or 0 for v in new_v.values()))}
 
 # %% ../nbs/sampling/samplers.ipynb #accce673
-def verifier_of(backend:str|None, # the back-end name (none, repl, lean, server, known, package.module:factory); None: no verifier
-                project=None, workers:int|None=None, timeout:float=300, endpoints=None, policy=None, cache_dir=None,
-                known_proofs=None, # the known-proof file (backend known)
-                max_error_frac:float=0.1, # the share of `error` verdicts that stops the stage (`ErrorGuard`)
-               ) -> 'VerifierSettings|None':
-    "The `ei_nb.verify.VerifierSettings` of the flat options CLIs and stage notebooks take (empty and zero: unset)."
-    if backend is None: return None
-    from ei_nb.verify import VerifierSettings
-    path = lambda v: str(v) if v else None
-    return VerifierSettings(backend=backend, project=path(project), workers=workers or None, timeout=timeout,
-                            endpoints=list(endpoints) if endpoints else None, policy=policy or None, cache_dir=path(cache_dir),
-                            known_proofs=path(known_proofs), max_error_frac=max_error_frac)
-
 def open_verifier(settings:'VerifierSettings|dict|None'):
     "A verifier from `ei_nb.verify.make_verifier` (a context manager), or an empty context without settings."
     if settings is None: return contextlib.nullcontext()
-    from ei_nb.verify import make_verifier
     return make_verifier(settings)

@@ -12,6 +12,8 @@ from .core import (SFT_MAX_TOKENS, BadInput, DataStop, RecordError, iter_jsonl, 
 from .near_dup import structural_key
 from .prompts import render_prompt
 from .rows import completion_text, encode, load_tokenizer, problem_passes, proof_text, read_logprobs
+from .cli import parser, say, positive_int, nonneg_int
+from .core import check_output, StageFailed
 
 # %% auto #0
 __all__ = ['RANKS', 'RANK_BY', 'protected_key', 'read_protected', 'protected_index', 'protected_match', 'is_protected',
@@ -286,8 +288,6 @@ def demo_sft_inputs(out_dir, # folder for problems.jsonl, samples.jsonl, verdict
 # %% ../nbs/02_sft.ipynb #37264899
 def sft_data_cli(argv:list[str]) -> dict:
     "`ei sft-data --problems F --verdicts F --samples F --out F --tokenizer DIR [...]`: SFT rows by the keep rules."
-    from ei_nb.cli import parser, say, positive_int, nonneg_int
-    from ei_nb.core import SFT_MAX_TOKENS, check_output
     p = parser('sft-data', 'build SFT rows from verified samples (02_sft)')
     for f in ('--problems', '--verdicts', '--samples', '--out'): p.add_argument(f, required=True)
     p.add_argument('--tokenizer', help='tokenizer directory of the model that sampled (usually the model dir); required')
@@ -316,7 +316,6 @@ def check_rows_not_protected(rows:list[dict], # the SFT rows
                              protected:list[dict], # rows with `name` and optional `formal_statement`
                             ) -> None:
     "Raise `StageFailed` if any SFT row is a protected problem, by name, by statement key or as a structural near-duplicate."
-    from ei_nb.core import StageFailed
     index, stmts = protected_index(protected), {q['name']: q['formal_statement'] for q in problems}
     for i, row in enumerate(rows):
         own = row.get('formal_statement')   # a conjecturer row carries the statement it teaches

@@ -8,12 +8,14 @@ import math, random, time
 from collections import defaultdict
 from pathlib import Path
 import numpy as np
-from .core import SFT_MAX_TOKENS, BadInput, atomic_path
+from .core import SFT_MAX_TOKENS, BadInput, atomic_path, iter_jsonl, read_problems, read_samples, read_verdicts, write_records, atomic_write_json
 from .eval import pass_at_k_array, problem_counts
 from .prompts import render_prompt
 from .rows import (collate, completion_text, join_passes, load_tokenizer, micro_batches, problem_passes, proof_text, read_logprobs,
                         tokenize_rows)
 from .train import token_logprobs
+from .layout import read_stage_json
+from .cli import parser, say
 
 # %% auto #0
 __all__ = ['example_logprobs', 'group_rows', 'correct_rows', 'subsample_problems', 'load_scorer', 'score_rows', 'score_passes',
@@ -216,7 +218,6 @@ def save_uplift_png(table, path) -> Path:
 
 # %% ../nbs/03c_sharpen.ipynb #5250619e
 def _eval_numbers(verdicts_path, samples_path) -> dict:
-    from ei_nb.core import iter_jsonl
     if not Path(verdicts_path).exists(): return {}
     v = [x for _, x in iter_jsonl(verdicts_path)]
     curve = pass_at_n_curve(v)
@@ -228,7 +229,6 @@ def sharpening_rows(run:dict # `ei_nb.report.load_run` of a run folder
                    ) -> list[dict]:
     "Per round (the baseline first): pass@N curve, pass@1, pass@n_e, distinct correct proofs per solved problem, the round's keep rule (02_sft), and its `uplift.json` (None when the diagnostic did not run)."
     import json
-    from ei_nb.layout import read_stage_json
     base = run['layout'].round(0)
     out = [{'round': 0, 'label': 'round 0 (base)', 'uplift': None, 'keep_rule': None} | _eval_numbers(run['baseline_verdicts'], base.eval_samples)]
     for r in run['rounds']:
@@ -270,8 +270,6 @@ def plot_sharpening(rows:list[dict]):
 # %% ../nbs/03c_sharpen.ipynb #e0ea376d
 def logprobs_cli(argv:list[str]) -> dict:
     "`ei logprobs --model DIR --problems F --samples F --verdicts F --out F [--groups] [--only F | --max-samples N --seed S]`"
-    from ei_nb.cli import parser, say
-    from ei_nb.core import read_problems, read_samples, read_verdicts, write_records
     p = parser('logprobs', 'teacher-forced log-probs of the correct samples under a model (03c_sharpen)')
     for f in ('--model', '--problems', '--samples', '--verdicts', '--out'): p.add_argument(f, required=True)
     p.add_argument('--groups', action='store_true', help='score every sample of each problem with a pass (the lever, the group ranking), not only the passes')
@@ -316,8 +314,6 @@ def uplift_report(before, # `read_logprobs` frame of the input model: every samp
 
 def uplift_cli(argv:list[str]) -> dict:
     "`ei uplift --before F --after F --out-dir DIR [--sft F]`: `uplift.json` and `uplift.png` in DIR."
-    from ei_nb.cli import parser
-    from ei_nb.core import atomic_write_json, iter_jsonl
     p = parser('uplift', 'uplift rate by rank between two log-prob files (03c_sharpen)')
     for f in ('--before', '--after', '--out-dir'): p.add_argument(f, required=True)
     p.add_argument('--sft', help='SFT rows of the round: their samples are the kept ones')

@@ -5,7 +5,7 @@
 # %% ../nbs/run/sources.ipynb #afef0e25
 from __future__ import annotations
 from pathlib import Path
-from .config import OPTIONAL_STAGES, VERIFY_WIRING, WIRING, resolve_paths, serve_params, served, verifier_params
+from .config import OPTIONAL_STAGES, WIRING, resolve_paths, serve_params, served, verifier_params, verify_param
 from .core import BadInput
 from .layout import FINAL, ROUND_STAGES, RunLayout
 from .markers import verdicts_fingerprint
@@ -75,7 +75,7 @@ class Sources:
             'allow_test_selection': lambda: run['allow_test_selection'], 'in_a_round': lambda: rnd >= 1,
             'scores': lambda: list(scores) if scores is not None else '<S_1..S_r>', 'data_stop_reason': lambda: data_stop_reason,
             'S_0': lambda: '<S_0>' if self.S0 is None else self.S0,
-            **{k: (lambda k=k: self.verifier[k]) for k in VERIFY_WIRING},
+            'verify': lambda: verify_param(self.verifier),   # one dict: `VerifierSettings.from_params` in the notebook
             'serve': lambda: serve_params(self.cfg, stage, L.run_dir),   # the managed server of a `served` stage ({} otherwise)
             'serve_log': lambda: str(R.server_log(stage)) if served(self.cfg, stage) else ''}
 
@@ -103,4 +103,11 @@ class Sources:
         "The parameters papermill injects into `stage` of round `rnd`: its config section and its wired values."
         if stage not in WIRING: raise BadInput(f'unknown stage {stage!r}')
         src = self.run_values(rnd, stage, scores, data_stop_reason) | self.round_files(rnd)
-        return dict(self.cfg['stages'].get(stage, {})) | {k: _param(src[name]()) for k, name in WIRING[stage].items()}
+        return self.grouped(stage) | {k: _param(src[name]()) for k, name in WIRING[stage].items()}
+
+    def grouped(self, stage:str) -> dict:
+        "The config's values of `stage`, the keys of each group (e.g. `n`, `temperature`) in their dict (`sampling`)."
+        params, out = dict(self.cfg['stages'].get(stage, {})), {}
+        for group, keys in self.cfg.get('groups', {}).get(stage, {}).items():
+            out[group] = {k: params.pop(k) for k in keys if k in params}
+        return params | out

@@ -8,8 +8,9 @@ import contextlib, hashlib, json, math, random, shutil, time
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
-from .core import SFT_MAX_TOKENS, BadInput, DataStop, StageFailed, atomic_write_json, fsync_dir, sha256_json
+from .core import SFT_MAX_TOKENS, BadInput, DataStop, StageFailed, atomic_write_json, fsync_dir, sha256_json, check_output
 from .rows import collate, load_tokenizer, micro_batches, read_sft_rows, tokenize_rows
+from .cli import say, parser, positive_int, nonneg_int, positive_float, nonneg_float, unit_float
 
 # %% auto #0
 __all__ = ['SCHEDULES', 'plan_steps', 'split_ranks', 'completion_states', 'completion_loss', 'token_logprobs', 'loss_module',
@@ -274,7 +275,6 @@ class TrainingRun:
 
     def restore(self):
         "Continue from this run's newest checkpoint when resuming (`start`, `hist`); the clock starts now."
-        from ei_nb.cli import say
         if self.resume:
             self.start, self.hist, ck = resume_state(self.ck_root, self.model, self.opt, self.sched, self.fingerprint, self.hist)
             if ck and self.main: say(f'{self.who}: resumed from {ck} (step {self.start}/{self.n_steps})')
@@ -290,7 +290,6 @@ class TrainingRun:
 
     def after_step(self, s:int, extra:str=''):
         "After 0-based step `s` (its numbers already in `hist`): a checkpoint and a log line when due, then `on_step`."
-        from ei_nb.cli import say
         if step_due(s, self.save_every, self.n_steps):
             if self.main: save_checkpoint(self.ck_root, s+1, self.model, self.opt, self.sched,
                                           {'fingerprint': self.fingerprint, 'history': self.hist}, self.keep)
@@ -413,8 +412,6 @@ def train_parser(name:str, description:str,
                  extra:tuple=(), # (flag, type, default) options of this command only
                 ):
     "The parser of a training command: `--model --data --out-dir`, the shared LoRA/optimizer/checkpoint options, `extra`."
-    from ei_nb.cli import parser, positive_int, nonneg_int, positive_float, nonneg_float, unit_float
-    from ei_nb.core import SFT_MAX_TOKENS
     p = parser(name, description)
     for f in ('--model', '--data', '--out-dir'): p.add_argument(f, required=True)
     for f,t,d in (('--lr', positive_float, lr), ('--epochs', positive_int, epochs), ('--lora-r', positive_int, 64),
@@ -429,7 +426,6 @@ def train_parser(name:str, description:str,
 
 def run_trainer_cli(p, argv:list[str], trainer) -> dict:
     "Parse `argv` with `p`, check the output folder, run `trainer(model, data, out_dir, **options)`; its metrics without curves."
-    from ei_nb.core import check_output
     a = vars(p.parse_args(argv))
     model, data, out = a.pop('model'), a.pop('data'), a.pop('out_dir')
     check_output(out, [data], '--out-dir', is_dir=True)
@@ -440,7 +436,6 @@ def run_trainer_cli(p, argv:list[str], trainer) -> dict:
 # %% ../nbs/training/train.ipynb #547951a6
 def train_cli(argv:list[str]) -> dict:
     "`ei train --model DIR --data FILE --out-dir DIR [--lr ...] [--epochs ...] [--lora-r ...] [...]`"
-    from ei_nb.cli import positive_int, nonneg_int
     p = train_parser('train', 'LoRA-train on SFT rows, merge and export (training/train)', 2e-5, 2,
                      (('--batch-tokens', positive_int, 65536), ('--pack-tokens', nonneg_int, 0)))
     p.add_argument('--full-finetune', action='store_true')

@@ -193,11 +193,13 @@ def test_cli_sigterm_then_resume(model_dir, sampler, problems, tmp_path):
 def test_stage_function_reuses_seed_sampling(model_dir, problems, tmp_path):
     "run_sample_verify: a second round-1 run seeded with the first one's files samples nothing again."
     from ei_nb.sample_verify import run_sample_verify
+    from ei_nb.sample_job import SamplerSetup
+    from ei_nb.verify import VerifierSettings
     pf = tmp_path / 'selected.jsonl'; write_records(pf, problems[:3], 'problem')
-    kw = dict(n=2, max_new_tokens=8, log=lambda *a: None)
-    a = run_sample_verify(pf, model_dir, tmp_path / 'r0', round_idx=0, **kw)
-    b = run_sample_verify(pf, model_dir, tmp_path / 'r1', round_idx=1, seed_samples_path=tmp_path / 'r0' / 'samples.jsonl',
-                          seed_verdicts_path=tmp_path / 'r0' / 'verdicts.jsonl', **kw)
+    job = (SampleParams(n=2, max_new_tokens=8), VerifierSettings('none'), SamplerSetup('transformers', None, 'chat', 4, 0.5))
+    a = run_sample_verify(pf, model_dir, tmp_path / 'r0', 0, *job, log=lambda *a: None)
+    b = run_sample_verify(pf, model_dir, tmp_path / 'r1', 1, *job, tmp_path / 'r0' / 'samples.jsonl',
+                          tmp_path / 'r0' / 'verdicts.jsonl', log=lambda *a: None)
     assert (a['n_generated'], b['n_generated'], b['n_prefilled_problems']) == (6, 0, 3)
     assert [s['completion'] for s in read_samples(tmp_path / 'r1' / 'samples.jsonl')] == [s['completion'] for s in read_samples(tmp_path / 'r0' / 'samples.jsonl')]
     assert {'wall_s', 'generation_s', 'verification_s', 'overlap_efficiency'} <= set(b['timings'])   # what the stage's stage.json records
