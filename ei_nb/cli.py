@@ -29,14 +29,21 @@ COMMANDS = {
     'run':      ('ei_nb.run_command:run_cli',      'run expert-iteration rounds with papermill'),
     'confirm':  ('ei_nb.confirm:confirm_cli',      'pre-registered confirmatory test evaluation'),
     'tiny':     ('ei_nb.tiny:tiny_cli',            'build a tiny random Qwen3 model for CPU demos and tests'),
-    'setup-lean': ('ei_nb.setup_lean:setup_lean_cli', 'install or check Lean 4.9.0-rc1, the reference Mathlib and the REPL'),
-    'doctor':   ('ei_nb.doctor:doctor_cli',        'check that this node has everything a run needs (OK/WARN/FAIL + fix)'),
+    'setup-lean': ('ei_nb.setup_lean:setup_lean_cli',
+                   'install or check Lean 4.9.0-rc1, the reference Mathlib and the REPL'),
+    'doctor':   ('ei_nb.doctor:doctor_cli',
+                 'check that this node has everything a run needs (OK/WARN/FAIL + fix)'),
     'pool':     ('ei_nb.pool:pool_cli',            'build the training pool from public statement sets'),
-    'report':   ('ei_nb.audit_html:report_cli',         'render a run as HTML: a page per executed stage and index.html'),
-    'logprobs': ('ei_nb.sharpen:logprobs_cli',     'teacher-forced log-probabilities of correct samples under a model (03c_sharpen)'),
-    'uplift':   ('ei_nb.sharpen:uplift_cli',       'uplift rate by likelihood rank between two log-prob files (03c_sharpen)'),
-    'dpo-data': ('ei_nb.dpo:dpo_data_cli',         'DPO preference pairs from verified samples, in curriculum bands (training/dpo)'),
-    'dpo-train': ('ei_nb.dpo:dpo_train_cli',       'DPO-train a LoRA on preference pairs, merge and export (training/dpo)'),
+    'report':   ('ei_nb.audit_html:report_cli',
+                 'render a run as HTML: a page per executed stage and index.html'),
+    'logprobs': ('ei_nb.sharpen:logprobs_cli',
+                 'teacher-forced log-probabilities of correct samples under a model (03c_sharpen)'),
+    'uplift':   ('ei_nb.sharpen:uplift_cli',
+                 'uplift rate by likelihood rank between two log-prob files (03c_sharpen)'),
+    'dpo-data': ('ei_nb.dpo:dpo_data_cli',
+                 'DPO preference pairs from verified samples, in curriculum bands (training/dpo)'),
+    'dpo-train': ('ei_nb.dpo:dpo_train_cli',
+                  'DPO-train a LoRA on preference pairs, merge and export (training/dpo)'),
 }
 
 def resolve(command:str):
@@ -70,7 +77,9 @@ def main(argv:list[str]|None=None) -> int:
     if not argv or argv[0] in ('-h', '--help'): say(_usage()); return 0 if argv else 2
     if argv[0] in ('-V', '--version'): print(f'ei_nb {__version__}'); return 0
     if argv[0] not in COMMANDS: say(f'ei: unknown command {argv[0]!r}\n\n{_usage()}'); return 2
-    if argv[0] in _COUNTING: os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')   # set before numpy loads: its idle BLAS threads would only take CPU from the scanner's
+    if argv[0] in _COUNTING: os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # set before numpy loads: its idle BLAS
+                                                                                 # threads would only take CPU from the
+                                                                                 # scanner's
     try: result = resolve(argv[0])(argv[1:])
     except EiError as e:
         if os.environ.get('EI_DEBUG'): import traceback; traceback.print_exc()
@@ -135,16 +144,19 @@ def _literal(node):
     except ValueError: return None
 
 def cell_parameters(src:str) -> dict:
-    "`{name: {'default', 'help'}}` of the `name = literal` assignments of a parameters cell (`'keys'`: a group's helps)."
+    ("`{name: {'default', 'help'}}` of the `name = literal` assignments of a parameters cell (`'keys'`: a group's "
+     "helps).")
     comments = {t.start[0]: t.string.lstrip('#').strip()
                 for t in tokenize.generate_tokens(io.StringIO(src).readline) if t.type == tokenize.COMMENT}
     out = {}
     for node in ast.parse(src).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            value, line = _literal(node.value), node.value.lineno if isinstance(node.value, ast.Call) else node.end_lineno
+            value, line = _literal(node.value), node.value.lineno if isinstance(node.value,
+                                                                                ast.Call) else node.end_lineno
             out[node.targets[0].id] = {'default': value, 'help': comments.get(line, '')}
             if isinstance(node.value, ast.Call) and isinstance(value, dict):
-                out[node.targets[0].id]['keys'] = {k.arg: comments.get(k.value.end_lineno, '') for k in node.value.keywords}
+                out[node.targets[0].id]['keys'] = {k.arg: comments.get(k.value.end_lineno,
+                                                                       '') for k in node.value.keywords}
     return out
 
 def _notebook_cell(path:str) -> str:

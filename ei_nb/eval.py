@@ -43,8 +43,10 @@ def pass_at_k_array(n, # samples per problem (array)
 
 # %% ../nbs/04_eval.ipynb #94674ef0
 class ProblemCounts:
-    "Samples `n` and passes `c` per problem, problems sorted by `name`, as numpy arrays; `counts['n']` reads like the DataFrame's column."
-    def __init__(self, name, n, c): self.name, self.n, self.c = np.asarray(name, object), np.asarray(n, np.int64), np.asarray(c, np.int64)
+    ("Samples `n` and passes `c` per problem, problems sorted by `name`, as numpy arrays; `counts['n']` reads like the "
+     "DataFrame's column.")
+    def __init__(self, name, n, c): self.name, self.n, self.c = np.asarray(name,
+                                                                           object), np.asarray(n, np.int64), np.asarray(c, np.int64)
     @property
     def pass_rate(self) -> np.ndarray: return self.c / self.n
     def __getitem__(self, column:str) -> np.ndarray: return getattr(self, column)
@@ -104,7 +106,8 @@ def pass_at_k_mean(counts, # `ProblemCounts`, or a DataFrame of `problem_counts`
     "pass@k averaged over problems; every problem needs at least k samples."
     n, c = np.asarray(counts['n']), np.asarray(counts['c'])
     short = np.flatnonzero(n < k)
-    if len(short): raise BadInput(f"pass@{k}: {len(short)} problem(s) have fewer than {k} samples, e.g. {np.asarray(counts['name'], object)[short[0]]!r} has {int(n[short[0]])}")
+    if len(short): raise BadInput(f"pass@{k}: {len(short)} problem(s) have fewer than {k} samples, e.g. "
+                                  f"{np.asarray(counts['name'], object)[short[0]]!r} has {int(n[short[0]])}")
     return float(pass_at_k_array(n, c, k).mean()) if len(n) else 0.0
 
 def score(verdicts, # a verdicts DataFrame, or their `ProblemCounts`
@@ -116,11 +119,14 @@ def score(verdicts, # a verdicts DataFrame, or their `ProblemCounts`
 
 # %% ../nbs/04_eval.ipynb #9235b699
 def verdict_counts(path) -> ProblemCounts:
-    "The `ProblemCounts` of a verdict file, validated as `read_frame` validates it (no pandas when the C scanner is sure)."
+    ("The `ProblemCounts` of a verdict file, validated as `read_frame` validates it (no pandas when the C scanner is "
+     "sure).")
     wanted = ['name', 'sample_idx', 'verdict']
-    if scanner() is None: return tally_frame(read_frame(path, 'verdict', columns=wanted))   # pyarrow, then the exact reader
+    if scanner() is None: return tally_frame(read_frame(path, 'verdict', columns=wanted))  # pyarrow, then the exact
+                                                                                           # reader
     table = scan_counts(path, 'verdict')   # samples per (problem, verdict), counted in C
-    if table is None: return tally_frame(frame_of(read_records(path, 'verdict'), 'verdict', wanted))   # not rescanned: the exact reader decides
+    if table is None: return tally_frame(frame_of(read_records(path, 'verdict'), 'verdict', wanted))  # not rescanned:
+    # the exact reader decides
     return tally_table(*table)
 
 def stats_cli(argv):
@@ -138,14 +144,16 @@ from .cli import nonneg_int, parser, say, stage_defaults
 from .core import check_output, read_problems, read_samples, read_verdicts, sha256_json
 from .layout import EvalLayout, write_stage_json
 from .verify import VerifierSettings, verifier_of
-# the sampling job (`SamplerSetup`, `SampleParams`) is imported where it runs: `ei stats` and `ei select` start without it
+  # the sampling job (`SamplerSetup`, `SampleParams`) is imported where it runs: `ei stats` and `ei select` start
+  # without it
 
 # %% ../nbs/04_eval.ipynb #a6de21fc
 def check_scored_set(problems:list[dict], allow_test_selection:bool=False) -> list[dict]:
     "`problems`, unless some are of the test split and `allow_test_selection` is off (`BadInput`, exit 2)."
     test = [p['name'] for p in problems if p['split'] == 'test']
     if test and not allow_test_selection:
-        raise BadInput(f'{len(test)} problem(s) of the test split (e.g. {test[0]!r}): the test split is never a scored set '
+        raise BadInput(f'{len(test)} problem(s) of the test split (e.g. {test[0]!r}): the test split is never a scored '
+                       f'set '
                        '(use --allow-test-selection only for a one-round diagnostic)')
     return problems
 
@@ -172,11 +180,14 @@ def _integer_y(ax):
 def plot_pass_counts(ax, verdicts:list[dict], n:int):
     "Bar chart on `ax`: number of problems by passing samples (0..n)."
     import pandas as pd
-    c = problem_counts(pd.DataFrame(verdicts, columns=['name', 'sample_idx', 'verdict']))['c'] if verdicts else pd.Series(dtype=int)
+    c = problem_counts(pd.DataFrame(verdicts,
+                                    columns=['name', 'sample_idx',
+                                             'verdict']))['c'] if verdicts else pd.Series(dtype=int)
     ax.bar(range(n + 1), [int((c == k).sum()) for k in range(n + 1)], color='tab:blue')
     ax.set_xticks(range(0, n + 1, max(1, (n + 1) // 9)))
     _integer_y(ax)
-    ax.set(xlabel=f'passing samples (of {n})', ylabel='problems', title=f'pass counts per problem: solved {int((c > 0).sum())}/{len(c)}')
+    ax.set(xlabel=f'passing samples (of {n})', ylabel='problems',
+           title=f'pass counts per problem: solved {int((c > 0).sum())}/{len(c)}')
     return ax
 
 def plot_lengths(ax, samples:list[dict], cap:int):
@@ -184,7 +195,8 @@ def plot_lengths(ax, samples:list[dict], cap:int):
     ax.hist([s['n_tokens'] for s in samples], bins=40, color='tab:gray')
     ax.axvline(cap, color='tab:red', ls='--', label=f'cap {cap:,}')
     _integer_y(ax)
-    ax.set(xlabel='completion tokens', ylabel='samples', title=f'lengths: {sum(s["capped"] for s in samples)} of {len(samples)} capped')
+    ax.set(xlabel='completion tokens', ylabel='samples',
+           title=f'lengths: {sum(s["capped"] for s in samples)} of {len(samples)} capped')
     ax.legend()
     return ax
 
@@ -214,14 +226,19 @@ def write_eval_stage_json(path, # where the stage.json goes
                           result:dict, # what `run_eval` measured
                           started:float, # `time.time()` when it began
                          ) -> dict:
-    "The evaluation's one summary: the score as headline (`work`: samples), every other number as detail, the settings as params."
+    ("The evaluation's one summary: the score as headline (`work`: samples), every other number as detail, the "
+     "settings as params.")
     head = {k: result[k] for k in EVAL_HEADLINE} | {'work': result['n_samples']}
     smp, ver = result['sampler'], result['verifier']
-    params = {'round_idx': result['round'], **{k: smp[k] for k in ('n', 'max_new_tokens', 'temperature', 'top_p', 'seed')},
+    params = {'round_idx': result['round'],
+              **{k: smp[k] for k in ('n', 'max_new_tokens', 'temperature', 'top_p', 'seed')},
               'sampler': smp['backend'], 'verify_backend': ver['backend'], 'timeout': ver['timeout'],
-              **{k: smp[k] for k in ('prompt_style', 'chunk_problems', 'max_prompt_frac')}, 'allow_test_selection': result['allow_test_selection']}
-    return write_stage_json(path, '04_eval', inputs, {'samples': files.samples, 'verdicts': files.verdicts, 'plot': files.plot},
-                            params, head, time.time() - started, detail={k: v for k, v in result.items() if k not in head})
+              **{k: smp[k] for k in ('prompt_style', 'chunk_problems', 'max_prompt_frac')},
+              'allow_test_selection': result['allow_test_selection']}
+    return write_stage_json(path, '04_eval', inputs,
+                            {'samples': files.samples, 'verdicts': files.verdicts, 'plot': files.plot},
+                            params, head, time.time() - started,
+                            detail={k: v for k, v in result.items() if k not in head})
 
 def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF2F-valid)
              model_dir, # the model to evaluate
@@ -234,22 +251,28 @@ def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF
              stage_json='', # where the evaluation's stage.json goes (empty: `stage.json` in out_dir)
              started:float|None=None, # `time.time()` when the stage began (None: now)
              log=print, progress:bool|None=None) -> dict:
-    "Sample, verify and score the scored set: records and plot into `out_dir`, the numbers (returned) into its `stage.json`."
+    ("Sample, verify and score the scored set: records and plot into `out_dir`, the numbers (returned) into its "
+     "`stage.json`.")
     started, source = started or time.time(), problems if isinstance(problems, (str, Path)) else None
     problems = check_scored_set(read_problems(source) if source else list(problems), allow_test_selection)
     files, ver = EvalLayout(Path(out_dir)), verifier_record(verify)
     if verify.backend == 'none': log('eval: verify backend none runs the pre-check only: no sample can pass')
-    resume = {'model': str(Path(model_dir).resolve()), **{f'verify_{k}': v for k, v in ver.items() if k not in ('workers', 'endpoints')}}
-    stats = sampler.run(problems, model_dir, files.samples, files.verdicts, sampling, round_idx, verify, settings=resume,
-                        log=log, progress=progress)
+    resume = {'model': str(Path(model_dir).resolve()),
+              **{f'verify_{k}': v for k, v in ver.items() if k not in ('workers', 'endpoints')}}
+    stats = sampler.run(problems, model_dir, files.samples, files.verdicts, sampling, round_idx, verify,
+                        settings=resume, log=log, progress=progress)
     samples, verdicts = read_samples(files.samples, False), read_verdicts(files.verdicts, False)
     result = eval_summary(samples, verdicts, sampling.n) | {
-        'n_dropped': stats['n_dropped'], 'dropped': [d['name'] for d in stats['dropped']], 'model': str(model_dir), 'round': round_idx,
-        'problems': {'n': len(problems), 'splits': sorted({p['split'] for p in problems}), 'sha256': sha256_json(problems)},
+        'n_dropped': stats['n_dropped'], 'dropped': [d['name'] for d in stats['dropped']], 'model': str(model_dir),
+                                                            'round': round_idx,
+        'problems': {'n': len(problems), 'splits': sorted({p['split'] for p in problems}),
+                     'sha256': sha256_json(problems)},
         'sampler': {**sampler.record(), **{k: getattr(sampling, k) for k in _SAMPLED}}, 'verifier': ver,
-        'allow_test_selection': allow_test_selection, **{k: stats.get(k) for k in ('tokens_per_s', 'timings', 'sampling', 'server')}}
+        'allow_test_selection': allow_test_selection, **{k: stats.get(k) for k in ('tokens_per_s', 'timings',
+                                                                                   'sampling', 'server')}}
     plot_eval(samples, verdicts, sampling.n, sampling.max_new_tokens, files.plot)
-    write_eval_stage_json(stage_json or files.stage_json, {'problems': source, 'model': model_dir}, files, result, started)
+    write_eval_stage_json(stage_json or files.stage_json, {'problems': source, 'model': model_dir}, files, result,
+                          started)
     return result
 
 _SAMPLED = ('n', 'temperature', 'top_p', 'max_new_tokens', 'seed')   # the sampling parameters the summary repeats
@@ -265,7 +288,8 @@ def eval_parser():
     from ei_nb.sample_job import add_sampling_args
     d = stage_defaults('04_eval')
     p = add_sampling_args(parser('eval', 'sample, verify and score the scored set'), '04_eval')
-    p.add_argument('--problems', required=True); p.add_argument('--model', required=True); p.add_argument('--out-dir', required=True)
+    p.add_argument('--problems', required=True); p.add_argument('--model',
+                                                                required=True); p.add_argument('--out-dir', required=True)
     p.add_argument('--split', help='keep only the problems of this split (e.g. valid)')
     p.add_argument('--verify-backend', default=d['verify']['backend'],
                    help='a verifier back-end (none, repl, lean, server, known) or package.module:factory')
@@ -275,7 +299,8 @@ def eval_parser():
     return p
 
 def eval_cli(argv):
-    "`ei eval --problems FILE --model DIR --out-dir DIR [--n N] [--max-new-tokens N] [--seed S] [--verify-backend B] ...`"
+    ("`ei eval --problems FILE --model DIR --out-dir DIR [--n N] [--max-new-tokens N] [--seed S] [--verify-backend B] "
+     "...`")
     from ei_nb.sample_job import SamplerSetup, SampleParams, sampler_options, verifier_from_args
     a = eval_parser().parse_args(argv)
     check_output(a.out_dir, [a.problems, a.policy], '--out-dir', is_dir=True)
@@ -299,13 +324,18 @@ def eval_arm(problems, model_dir, out_dir, # the arm's problems, model and folde
     from ei_nb.sample_job import SamplerSetup, SampleParams
     d, s = stage_defaults('04_eval'), dict(settings)
     take = lambda keys: {k: s.pop(k) for k in keys if k in s}
-    sampling = SampleParams.from_dict({'n': n, 'max_new_tokens': max_new_tokens, 'seed': seed, **take(SampleParams.__dataclass_fields__)})
-    verify = verifier_of(verify_backend, s.pop('lean_project', None), **take(('workers', 'timeout', 'endpoints', 'policy', 'cache_dir',
+    sampling = SampleParams.from_dict({'n': n, 'max_new_tokens': max_new_tokens, 'seed': seed,
+                                       **take(SampleParams.__dataclass_fields__)})
+    verify = verifier_of(verify_backend, s.pop('lean_project', None),
+                         **take(('workers', 'timeout', 'endpoints', 'policy', 'cache_dir',
                                                                               'known_proofs', 'max_error_frac')))
     name, options = s.pop('sampler', d['sampler']), s.pop('sampler_options', None)
-    if name == 'served': options = {'serve': s.pop('serve', {}), 'log_path': str(serve_log or EvalLayout(Path(out_dir)).server_log),
+    if name == 'served': options = {'serve': s.pop('serve', {}),
+                                    'log_path': str(serve_log or EvalLayout(Path(out_dir)).server_log),
                                     **(options or {})}
-    setup = SamplerSetup(name, options, *(s.pop(k, d[k]) for k in ('prompt_style', 'chunk_problems', 'max_prompt_frac')))
+    setup = SamplerSetup(name, options,
+                         *(s.pop(k, d[k]) for k in ('prompt_style', 'chunk_problems', 'max_prompt_frac')))
     round_idx, keep = s.pop('round_idx', d['round_idx']), take(('stage_json', 'started', 'progress'))
     if s: raise BadInput(f'the runner does not accept the setting {next(iter(s))!r}')
-    return run_eval(problems, model_dir, out_dir, sampling, verify, setup, round_idx, allow_test_selection, log=log, **keep)
+    return run_eval(problems, model_dir, out_dir, sampling, verify, setup, round_idx, allow_test_selection, log=log,
+                    **keep)

@@ -19,7 +19,8 @@ class Rule:
         if isinstance(v, float) and not math.isfinite(v): return False
         return bool(self.test(v))
 
-def integer(lo:int|None=None, says:str='') -> Rule: return Rule(lambda v: lo is None or v >= lo, says or f'an integer >= {lo}', int)
+def integer(lo:int|None=None, says:str='') -> Rule: return Rule(lambda v: lo is None or v >= lo,
+                                                                says or f'an integer >= {lo}', int)
 def number(test, says:str) -> Rule: return Rule(test, says)
 
 COUNT, NONNEG_INT = integer(1), integer(0)
@@ -31,24 +32,28 @@ INSIDE_UNIT = number(lambda v: 0 < v < 1, 'a number in (0, 1)')
 STEPS = Rule(lambda v: v == -1 or v >= 1, '-1 (all epochs) or an integer >= 1', int)
 
 # %% ../nbs/records/params_check.ipynb #871ae2e8
-_SAMPLING = {'n': COUNT, 'max_new_tokens': COUNT, 'temperature': NONNEG, 'top_p': OPEN_UNIT, 'tensor_parallel_size': COUNT,
-             'data_parallel_size': COUNT, 'chunk_problems': COUNT, 'max_prompt_frac': OPEN_UNIT, 'n_demo_problems': NONNEG_INT}
+_SAMPLING = {'n': COUNT, 'max_new_tokens': COUNT, 'temperature': NONNEG, 'top_p': OPEN_UNIT,
+             'tensor_parallel_size': COUNT,
+             'data_parallel_size': COUNT, 'chunk_problems': COUNT, 'max_prompt_frac': OPEN_UNIT,
+             'n_demo_problems': NONNEG_INT}
 RULES = {
     'run': {'rounds': COUNT, 'cell_timeout': POSITIVE},
     'verify': {'timeout': POSITIVE, 'workers': NONNEG_INT, 'max_error_frac': UNIT},
-    'demo': {'pool_size': COUNT, 'scored_size': COUNT, 'warm_pool': NONNEG_INT, 'warm_scored': NONNEG_INT, 'mix': NONNEG_INT,
+    'demo': {'pool_size': COUNT, 'scored_size': COUNT, 'warm_pool': NONNEG_INT, 'warm_scored': NONNEG_INT,
+             'mix': NONNEG_INT,
              'epochs': COUNT, 'lr': POSITIVE, 'batch_tokens': COUNT, 'hidden_size': COUNT, 'num_hidden_layers': COUNT},
     'select': {'lo': UNIT, 'hi': UNIT, 'max_zero': NONNEG_INT, 'max_problems': NONNEG_INT},
     'sample_verify': _SAMPLING,
     'sft': {'max_per_problem': COUNT, 'max_tokens': COUNT, 'min_rows': NONNEG_INT, 'lr': POSITIVE, 'epochs': COUNT,
-            'lora_r': COUNT, 'lora_alpha': COUNT, 'batch_tokens': COUNT, 'pack_tokens': NONNEG_INT, 'warmup_ratio': UNIT,
-            'max_steps': STEPS, 'save_every': COUNT,
+            'lora_r': COUNT, 'lora_alpha': COUNT, 'batch_tokens': COUNT, 'pack_tokens': NONNEG_INT,
+            'warmup_ratio': UNIT, 'max_steps': STEPS, 'save_every': COUNT,
             'objective': Rule(lambda v: v in ('sft', 'dpo', 'sft_then_dpo'), 'sft, dpo or sft_then_dpo', str),
             'beta': POSITIVE, 'dpo_lr': POSITIVE, 'dpo_epochs': COUNT, 'batch_pairs': COUNT, 'pairs_per_problem': COUNT,
             'n_stages': COUNT, 'min_pairs': NONNEG_INT,
             'loser_prefixes': Rule(lambda v: v and all(isinstance(x, str) and x for x in v),
                                    'a non-empty list of non-empty strings', list)},
-    'average': {'ft_weight': UNIT, 'threads': COUNT},   # ft_weight 0 keeps the anchor bit for bit (a null-learning control)
+    'average': {'ft_weight': UNIT, 'threads': COUNT},  # ft_weight 0 keeps the anchor bit for bit (a null-learning
+                                                       # control)
     'eval': _SAMPLING,
     'stop_rule': {'regress': COUNT, 'plateau_gain': NONNEG_INT},
     'report': {'alpha': INSIDE_UNIT, 'p_disc_assumed': OPEN_UNIT},

@@ -19,21 +19,24 @@ __all__ = ['run_sample_verify']
 # %% ../nbs/01_sample_verify.ipynb #df11ed11
 def run_sample_verify(problems_path, # the selected problems (selected.jsonl)
                       model_dir, # the round's input model
-                      out_dir, # the round folder: samples.jsonl, verdicts.jsonl, sample_verify.png (`RoundLayout` names them)
+                      out_dir,  # the round folder: samples.jsonl, verdicts.jsonl, sample_verify.png (`RoundLayout`
+                                # names them)
                       round_idx:int, # the round (the `round` of every record)
                       sampling:SampleParams, # n, the cap, temperature, top_p, seed
                       verify:VerifierSettings|None, # the verifier (None: sample only)
                       sampler:SamplerSetup, # the sampler and its options, the prompt style, the chunking
                       seed_samples_path='', seed_verdicts_path='', # an earlier sampling of this model to reuse
                       log=print, progress:bool|None=None) -> dict:
-    "Sample and verify the selected problems into `out_dir`; returns the counts and timings (the stage's `stage.json` numbers)."
+    ("Sample and verify the selected problems into `out_dir`; returns the counts and timings (the stage's `stage.json` "
+     "numbers).")
     if bool(seed_samples_path) != bool(seed_verdicts_path): raise BadInput('seed samples and seed verdicts go together')
     prefill = (read_samples(seed_samples_path), read_verdicts(seed_verdicts_path)) if seed_samples_path else None
     problems, R = read_problems(problems_path), RoundLayout.in_folder(out_dir)
     v = verify or VerifierSettings(backend=None)
     verifier = {'verify_backend': v.backend, 'lean_project': v.project, 'timeout': v.timeout, 'policy': v.policy}
     stats = sampler.run(problems, model_dir, R.samples, R.verdicts, sampling, round_idx, verify, prefill,
-                        {'model': str(Path(model_dir).resolve()), **verifier, 'seed_samples': str(seed_samples_path or '')},
+                        {'model': str(Path(model_dir).resolve()), **verifier,
+                         'seed_samples': str(seed_samples_path or '')},
                         log=log, progress=progress)
     import pandas as pd
     from matplotlib.figure import Figure

@@ -397,7 +397,7 @@ def test_this_rounds_conjectures_are_held_back_from_this_rounds_selection(tmp_pa
     write_records(tmp_path/'conjectures.jsonl', cps[:1], 'problem')
     write_records(tmp_path/'later.jsonl', cps[1:], 'problem')
     write_records(tmp_path/'v.jsonl', ver + [{'name': 'pool_a', 'sample_idx': k, 'verdict': 'pass' if k < 2 else 'fail'} for k in range(8)])
-    summary, table = run_select(tmp_path/'pool.jsonl', tmp_path/'v.jsonl', tmp_path/'sel.jsonl', (), extra_pool_paths=[tmp_path/'conjectures.jsonl', tmp_path/'later.jsonl'],
+    summary, table = run_select(tmp_path/'pool.jsonl', tmp_path/'v.jsonl', tmp_path/'sel.jsonl', (), {}, extra_pool_paths=[tmp_path/'conjectures.jsonl', tmp_path/'later.jsonl'],
                                 held_back_paths=[tmp_path/'conjectures.jsonl'])
     assert sorted(p['name'] for p in read_problems(tmp_path/'sel.jsonl')) == ['B', 'pool_a'] and summary['held_back'] == 1
 
