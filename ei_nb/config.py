@@ -56,8 +56,7 @@ WIRING = {
     '03c_sharpen': {'problems_path': 'selected', 'samples_path': 'samples', 'verdicts_path': 'verdicts',
                     'model_in': 'model_in',
                    'model_out': 'averaged', 'sft_path': 'sft_rows', 'logprobs_in_path': 'sft_logprobs',
-                    'out_dir': 'round_dir',
-                   'style': 'prompt_style'},
+                   'out_dir': 'round_dir', 'style': 'prompt_style'},
 }
 WIRING = {s: w | {'stage_json': 'stage_json'} for s, w in WIRING.items()}
 WIRED = {s: set(w) for s, w in WIRING.items()}

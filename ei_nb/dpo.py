@@ -54,7 +54,7 @@ def demo_dpo_inputs(out_dir, # folder for problems.jsonl, samples.jsonl, verdict
         v['reason'] = precheck(v['proof'],
                                p) or judge(_reply(v['proof'].count('\n') + 1,
                                                   'unexpected end of input; expected tactic'),
-                                           theorem_name(p['formal_statement']))[1]
+                                                  theorem_name(p['formal_statement']))[1]
     for k,(name,p) in enumerate(problems.items()):
         good = next(s for s,v in zip(samples, verdicts) if s['name'] == name and v['verdict'] == 'pass')
         code = extract_code(good['completion'])
@@ -230,7 +230,8 @@ def _dpo_step(model, chosen, rejected, ref, idxs, beta, device, chunk, autocast)
         loss, rc, rr = dpo_loss(pc, pr, torch.tensor(ref['chosen'][i], device=device),
                                 torch.tensor(ref['rejected'][i], device=device), beta)
         (loss / len(idxs)).backward()
-        out['loss'] += loss.item(); out['chosen'] += rc.item(); out['rejected'] += rr.item(); out['correct'] += float(rc > rr)
+        out['loss'] += loss.item(); out['chosen'] += rc.item(); out['rejected'] += rr.item()
+        out['correct'] += float(rc > rr)
     return out
 
 def band_bounds(step_bands:list[int]) -> list[tuple[int, int, int]]:

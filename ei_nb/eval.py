@@ -264,12 +264,12 @@ def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF
     samples, verdicts = read_samples(files.samples, False), read_verdicts(files.verdicts, False)
     result = eval_summary(samples, verdicts, sampling.n) | {
         'n_dropped': stats['n_dropped'], 'dropped': [d['name'] for d in stats['dropped']], 'model': str(model_dir),
-                                                            'round': round_idx,
+        'round': round_idx,
         'problems': {'n': len(problems), 'splits': sorted({p['split'] for p in problems}),
                      'sha256': sha256_json(problems)},
         'sampler': {**sampler.record(), **{k: getattr(sampling, k) for k in _SAMPLED}}, 'verifier': ver,
-        'allow_test_selection': allow_test_selection, **{k: stats.get(k) for k in ('tokens_per_s', 'timings',
-                                                                                   'sampling', 'server')}}
+        'allow_test_selection': allow_test_selection,
+        **{k: stats.get(k) for k in ('tokens_per_s', 'timings', 'sampling', 'server')}}
     plot_eval(samples, verdicts, sampling.n, sampling.max_new_tokens, files.plot)
     write_eval_stage_json(stage_json or files.stage_json, {'problems': source, 'model': model_dir}, files, result,
                           started)
@@ -288,8 +288,8 @@ def eval_parser():
     from ei_nb.sample_job import add_sampling_args
     d = stage_defaults('04_eval')
     p = add_sampling_args(parser('eval', 'sample, verify and score the scored set'), '04_eval')
-    p.add_argument('--problems', required=True); p.add_argument('--model',
-                                                                required=True); p.add_argument('--out-dir', required=True)
+    p.add_argument('--problems', required=True); p.add_argument('--model', required=True)
+    p.add_argument('--out-dir', required=True)
     p.add_argument('--split', help='keep only the problems of this split (e.g. valid)')
     p.add_argument('--verify-backend', default=d['verify']['backend'],
                    help='a verifier back-end (none, repl, lean, server, known) or package.module:factory')

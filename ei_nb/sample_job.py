@@ -142,8 +142,8 @@ def add_sampling_args(p, stage:str):
                    help='problems per generate call')
     p.add_argument('--max-prompt-frac', type=ranged('max_prompt_frac'), default=d['max_prompt_frac'],
                    help='drop prompts longer than this fraction of the context')
-    p.add_argument('--tensor-parallel-size', type=positive_int); p.add_argument('--data-parallel-size',
-                                                                                type=positive_int)
+    p.add_argument('--tensor-parallel-size', type=positive_int)
+    p.add_argument('--data-parallel-size', type=positive_int)
     p.add_argument('--max-model-len', type=positive_int); p.add_argument('--device')
     p.add_argument('--serve', action='append', metavar='KEY=VALUE',
                    help='a [serve] setting of the managed server (backend served)')
@@ -183,8 +183,8 @@ def verifier_from_args(a):
 def sample_parser():
     "`ei sample`'s arguments (defaults: the parameters cell of nbs/01_sample_verify.ipynb)."
     p = add_sampling_args(parser('sample', 'sample completions, optionally verified in a pipeline'), '01_sample_verify')
-    p.add_argument('--problems', required=True); p.add_argument('--model',
-                                                                required=True); p.add_argument('--out', required=True)
+    p.add_argument('--problems', required=True); p.add_argument('--model', required=True)
+    p.add_argument('--out', required=True)
     p.add_argument('--round', type=int, default=stage_defaults('01_sample_verify')['round_idx'])
     p.add_argument('--verify-backend',
                    help='a verifier back-end (none, repl, lean, server, known) or package.module:factory')

@@ -423,8 +423,8 @@ def _generate(rec:_Records, todo:list, sampler, params:SampleParams, round_idx:i
             got = rec.feed.snapshot() if rec.feed else []
             n_tok = sum(r['n_tokens'] for r in rows); tokens += n_tok
             n_pass = sum(v['verdict'] == 'pass' for v in got)
-            bar.update(len(rows)); bar.set_postfix_str(f'{tokens/gen_s:.0f} tok/s, pass {n_pass}/{len(got)}',
-                                                       refresh=False)
+            bar.update(len(rows))
+            bar.set_postfix_str(f'{tokens/gen_s:.0f} tok/s, pass {n_pass}/{len(got)}', refresh=False)
             log(f'chunk {ci+1}/{len(todo)}: {len(rows)} samples, {n_tok} tokens in {dt:.1f}s ({n_tok/dt:.0f} tok/s); '
                 f'verified {len(got)}, pass {n_pass}')
         gen_end = time.perf_counter()

@@ -318,10 +318,10 @@ def sft_data_cli(argv:list[str]) -> dict:
     for f in ('--problems', '--verdicts', '--samples', '--out'): p.add_argument(f, required=True)
     p.add_argument('--tokenizer',
                    help='tokenizer directory of the model that sampled (usually the model dir); required')
-    p.add_argument('--max-per-problem', type=positive_int,
-                   default=4); p.add_argument('--rank', choices=RANKS, default='shortest')
-    p.add_argument('--max-tokens', type=positive_int,
-                   default=SFT_MAX_TOKENS); p.add_argument('--min-rows', type=nonneg_int, default=50)
+    p.add_argument('--max-per-problem', type=positive_int, default=4)
+    p.add_argument('--rank', choices=RANKS, default='shortest')
+    p.add_argument('--max-tokens', type=positive_int, default=SFT_MAX_TOKENS)
+    p.add_argument('--min-rows', type=nonneg_int, default=50)
     p.add_argument('--round', type=nonneg_int, default=0); p.add_argument('--style', default='chat')
     p.add_argument('--protected', action='append', default=[], help='protected problems file (repeatable)')
     p.add_argument('--logprobs',

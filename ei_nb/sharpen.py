@@ -284,10 +284,8 @@ def plot_sharpening(rows:list[dict]):
     if not rounds: return None
     fig, axes = plt.subplots(len(rounds), 2, figsize=(11, 3.4 * len(rounds)), squeeze=False)
     for (a_up, a_pass), x in zip(axes, rounds):
-        if x['uplift']: plot_uplift(a_up,
-                                    pd.DataFrame(x['uplift']['table']).set_index('rank')); a_up.set_title(f"{x['label']}: uplift rate by rank (falling = sharpening)")
-        else: a_up.text(0.5, 0.5, f"{x['label']}: no diagnostic\n([sharpen] enabled = true runs it)", ha='center',
-                        va='center'); a_up.axis('off')
+        if x['uplift']: plot_uplift(a_up, pd.DataFrame(x['uplift']['table']).set_index('rank')); a_up.set_title(f"{x['label']}: uplift rate by rank (falling = sharpening)")
+        else: a_up.text(0.5, 0.5, f"{x['label']}: no diagnostic\n([sharpen] enabled = true runs it)", ha='center', va='center'); a_up.axis('off')
         curves = {c['label']: c['curve'] for c in (base, x) if c.get('curve')}
         if not curves: a_pass.axis('off'); continue
         plot_pass_curves(a_pass, curves); a_pass.set_title(f"{x['label']}: pass@N on the scored set")

@@ -74,13 +74,12 @@ class Sources:
         L, R, run = self.layout, self.layout.round(rnd), self.cfg['run']
         return {
             'run_dir': lambda: L.run_dir, 'round_dir': lambda: R.dir, 'demo_dir': lambda: L.demo,
-                'figures': lambda: R.figures,
+            'figures': lambda: R.figures,
             'stage_json': lambda: R.stage_json(stage), 'round': lambda: rnd, 'rounds': lambda: run['rounds'],
             'upto_round': lambda: -1 if rnd == FINAL else rnd, 'prompt_style': lambda: run['prompt_style'],
             'allow_test_selection': lambda: run['allow_test_selection'], 'in_a_round': lambda: rnd >= 1,
             'scores': lambda: list(scores) if scores is not None else '<S_1..S_r>',
-                'data_stop_reason': lambda: data_stop_reason,
-            'S_0': lambda: '<S_0>' if self.S0 is None else self.S0,
+            'data_stop_reason': lambda: data_stop_reason, 'S_0': lambda: '<S_0>' if self.S0 is None else self.S0,
             'verify': lambda: verify_param(self.verifier),   # one dict: `VerifierSettings.from_params` in the notebook
             'serve': lambda: serve_params(self.cfg, stage, L.run_dir),  # the managed server of a `served` stage ({}
                                                                         # otherwise)
@@ -97,12 +96,12 @@ class Sources:
             'measurement_in': lambda: self.measurement_in(rnd), 'newer_results': lambda: self.newer_results(rnd),
             'to_sample': lambda: L.pool if rnd == 0 else R.selected,
             'seed_samples': lambda: L.round(0).samples if first else '',
-                'seed_verdicts': lambda: L.round(0).verdicts if first else '',
+            'seed_verdicts': lambda: L.round(0).verdicts if first else '',
             'selected': lambda: R.selected, 'samples': lambda: R.samples, 'verdicts': lambda: R.verdicts,
             'model_in': lambda: self.model(max(rnd - 1, 0)), 'model': lambda: self.model(rnd),
-                'merged': lambda: R.merged,
+            'merged': lambda: R.merged,
             'anchor': lambda: self.paths['base_model'] if anchor == 'original' else self.model(rnd - 1),
-                'averaged': lambda: R.model,
+            'averaged': lambda: R.model,
             'eval_dir': lambda: R.eval_dir, 'sft_rows': lambda: R.sft_rows, 'sft_logprobs': lambda: R.sft_logprobs,
             'correction_rows': lambda: R.correction_rows if self.runs('01c_correct') else '',
             'conjecture_rows': lambda: R.conjecture_rows if conj else '',

@@ -358,8 +358,8 @@ def _accumulate(acc, wrapped, examples, lengths, mine, n_tgt:int, autocast, wast
     loss_sum = torch.zeros((), device=acc.device)
     for j,(idxs,w) in enumerate(mine):
         batch = collate(examples, idxs, acc.device)
-        waste[0] += batch['input_ids'].numel(); waste[1] += sum(lengths[i] for i in idxs) * (w > 0)  # zero-weight
-        # balancing passes count as waste
+        waste[0] += batch['input_ids'].numel()
+        waste[1] += sum(lengths[i] for i in idxs) * (w > 0)   # zero-weight balancing passes count as waste
         with (acc.no_sync(wrapped) if j < len(mine)-1 else contextlib.nullcontext()):
             with autocast(): l = wrapped(**batch)
             acc.backward(l * (w * acc.num_processes / n_tgt))
@@ -379,7 +379,8 @@ def _sft_steps(run:TrainingRun, acc, wrapped, plan:_SftPlan, pack_tokens:int, bf
         loss_sum = _accumulate(acc, wrapped, plan.examples, plan.lengths, mine, n_tgt, autocast, waste)
         run.hist['lr'].append(run.optimizer_step())
         run.hist['loss'].append((acc.reduce(loss_sum, 'sum') if world > 1 else loss_sum).item() / n_tgt)
-        run.hist['tokens'].append(sum(plan.lengths[i] for i in plan.steps[s])); run.hist['seconds'].append(time.time() - t_step)
+        run.hist['tokens'].append(sum(plan.lengths[i] for i in plan.steps[s]))
+        run.hist['seconds'].append(time.time() - t_step)
         run.after_step(s)
     return waste
 
@@ -460,8 +461,8 @@ def train_parser(name:str, description:str,
                   ('--keep-checkpoints', positive_int, 2), ('--dtype', str, 'auto'), ('--max-shard-size', str, '5GB'),
                   ('--attn-implementation', str, None), ('--log-every', int, 0)):
         p.add_argument(f, type=t, default=d)
-    p.add_argument('--schedule', choices=SCHEDULES,
-                   default='cosine'); p.add_argument('--no-resume', action='store_true')
+    p.add_argument('--schedule', choices=SCHEDULES, default='cosine')
+    p.add_argument('--no-resume', action='store_true')
     return p
 
 def run_trainer_cli(p, argv:list[str], trainer) -> dict:
