@@ -143,9 +143,7 @@ from pathlib import Path
 from .cli import nonneg_int, parser, say, stage_defaults
 from .core import check_output, read_problems, read_samples, read_verdicts, sha256_json
 from .layout import EvalLayout, write_stage_json
-from .verify import VerifierSettings, verifier_of
-  # the sampling job (`SamplerSetup`, `SampleParams`) is imported where it runs: `ei stats` and `ei select` start
-  # without it
+# the sampling job and the verifier are imported where they run: `ei stats` and `ei select` start without them
 
 # %% ../nbs/04_eval.ipynb #a6de21fc
 def check_scored_set(problems:list[dict], allow_test_selection:bool=False) -> list[dict]:
@@ -322,6 +320,7 @@ def eval_arm(problems, model_dir, out_dir, # the arm's problems, model and folde
              **settings) -> dict:
     "`ei confirm`'s runner: `run_eval` with flat settings (sampling keys, `sampler`, `serve`, verifier keys, ...)."
     from ei_nb.sample_job import SamplerSetup, SampleParams
+    from ei_nb.verify import verifier_of
     d, s = stage_defaults('04_eval'), dict(settings)
     take = lambda keys: {k: s.pop(k) for k in keys if k in s}
     sampling = SampleParams.from_dict({'n': n, 'max_new_tokens': max_new_tokens, 'seed': seed,

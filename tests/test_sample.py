@@ -3,7 +3,7 @@ import json, os, shutil, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
 ROOT = Path(__file__).resolve().parents[1]
-from ei_nb import sample as S
+from ei_nb import samplers as S
 from ei_nb.core import BadInput, read_problems, read_samples, read_verdicts, shared_data, write_records
 from ei_nb.samplers import DelayVerifier, SampleParams, TransformersSampler, run_pipeline
 
