@@ -13,7 +13,7 @@ from ei_nb.verify import VerifierSettings
 
 def run_eval(problems, model_dir, out_dir, n, max_new_tokens, seed=0, verify_backend='none', **kw):
     "`run_eval` with the sampling of a test: transformers, chat prompts, 4 problems a chunk."
-    return run_eval(problems, model_dir, out_dir, SampleParams(n=n, max_new_tokens=max_new_tokens, seed=seed),
+    return E.run_eval(problems, model_dir, out_dir, SampleParams(n=n, max_new_tokens=max_new_tokens, seed=seed),
                       VerifierSettings(verify_backend), SamplerSetup('transformers', None, 'chat', 4, 0.5), 0, False, **kw)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def test_stage_notebook_runs_under_papermill(model_dir, valid_file, tmp_path):
     pm = pytest.importorskip('papermill')
     pm.execute_notebook(str(ROOT / 'nbs' / '04_eval.ipynb'), str(tmp_path / 'executed.ipynb'), kernel_name='python3', language='python',
                         parameters=dict(problems_path=str(valid_file), model_dir=str(model_dir), out_dir=str(tmp_path / 'eval'),
-                                        n=2, max_new_tokens=8, round_idx=3),
+                                        sampling=dict(n=2, max_new_tokens=8), round_idx=3),   # a group: one dict
                         progress_bar=False, cwd=str(ROOT / 'nbs'))
     r = stage_numbers(tmp_path / 'eval' / 'stage.json')                   # no stage_json given: beside the records
     assert (r['n_problems'], r['n_samples'], r['round']) == (8, 16, 3)

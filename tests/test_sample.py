@@ -175,7 +175,7 @@ def test_cli_sigterm_then_resume(model_dir, sampler, problems, tmp_path):
     run_pipeline(problems, sampler, tmp_path / 'whole.jsonl', SampleParams(n=4, max_new_tokens=48), chunk_problems=1)
     out = tmp_path / 'part.jsonl'
     args = [sys.executable, '-c', 'from ei_nb.cli import _entry; _entry()', 'sample', '--problems', str(pf),
-            '--model', str(model_dir), '--out', str(out), '--n', '4', '--max-new-tokens', '48', '--chunk-problems', '1']
+            '--model', str(model_dir), '--out', str(out), '--n', '4', '--max-new-tokens', '48', '--chunk-problems', '1', '--round', '0']
     env = dict(os.environ, OMP_NUM_THREADS='1')
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 180
@@ -215,7 +215,7 @@ def test_stage_notebook_runs_under_papermill(model_dir, problems, tmp_path):
     pm.execute_notebook(str(ROOT / 'nbs' / '01_sample_verify.ipynb'), str(tmp_path / 'executed.ipynb'), kernel_name='python3',
                         language='python', progress_bar=False, cwd=str(ROOT / 'nbs'),
                         parameters=dict(problems_path=str(pf), model_dir=str(model_dir), out_dir=str(tmp_path / 'round_02'),
-                                        round_idx=2, n=3, max_new_tokens=8))
+                                        round_idx=2, sampling=dict(n=3, max_new_tokens=8)))   # a group: one dict
     out = tmp_path / 'round_02'
     assert {s['round'] for s in read_samples(out / 'samples.jsonl')} == {2} and len(read_verdicts(out / 'verdicts.jsonl')) == 12
     from ei_nb.layout import read_stage_json
