@@ -35,9 +35,14 @@ def stable(params:dict) -> dict:
     return {k: stable(v) if isinstance(v, dict) else v for k, v in params.items() if k not in VOLATILE}
 
 def _diff(old:dict, new:dict) -> list[str]:
-    old, new = stable(old), stable(new)
-    return [f'{k}: {old.get(k, "<unset>")!r} -> {new.get(k, "<unset>")!r}'
-            for k in sorted(set(old) | set(new), key=str) if k not in VOLATILE and old.get(k, '<unset>') != new.get(k, '<unset>')]
+    "`key: old -> new` of each stable key that differs (`group.key` inside a group such as `sampling`)."
+    old, new, out = stable(old), stable(new), []
+    for k in sorted(set(old) | set(new), key=str):
+        a, b = old.get(k, '<unset>'), new.get(k, '<unset>')
+        if a == b: continue
+        nested = isinstance(a, dict) and isinstance(b, dict)
+        out += [f'{k}.{d}' for d in _diff(a, b)] if nested else [f'{k}: {a!r} -> {b!r}']
+    return out
 
 def check_params(marker:dict, params:dict, where:str) -> None:
     "Raise `StageFailed` (exit 3) when a finished step's parameters differ from `params`."
