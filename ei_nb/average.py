@@ -10,11 +10,13 @@ from pathlib import Path
 from .core import BadInput, fsync_dir, sha256_json
 from .average_io import ALIGN, Buf, Src, Dst, Windows, sha256_stream
 from .average_io import DTYPE_KIND, c_kernel, kernel_name
+from .cli import parser, say, stage_defaults
+from .params_check import arg_type
 
 # %% auto #0
 __all__ = ['ITEMSIZE', 'FLOATS', 'SINGLE', 'INDEX', 'FORMATS', 'TIED', 'FORMULA', 'COPY_FILES', 'TensorRef', 'read_header',
            'tensor_refs', 'save_safetensors', 'Checkpoint', 'load_checkpoint', 'round_f64', 'avg_into', 'OutTensor',
-           'OutShard', 'plan_average', 'AverageJob', 'average_checkpoints', 'average_cli']
+           'OutShard', 'plan_average', 'AverageJob', 'average_checkpoints', 'average_parser', 'average_cli']
 
 # %% ../nbs/03_average.ipynb #ca68ef3c
 ITEMSIZE = {'BOOL': 1, 'U8': 1, 'I8': 1, 'F8_E4M3': 1, 'F8_E5M2': 1, 'F8_E8M0': 1, 'I16': 2, 'U16': 2,
@@ -33,9 +35,11 @@ def _check_layout(path, header:dict, data_len:int):
     for name, v in header.items():
         if name == '__metadata__': continue
         try: dt, shape, (b, e) = v['dtype'], v['shape'], v['data_offsets']
-        except (TypeError, KeyError, ValueError): raise BadInput(f'{path}: tensor {name}: malformed header entry') from None
+        except (TypeError, KeyError,
+                ValueError): raise BadInput(f'{path}: tensor {name}: malformed header entry') from None
         if dt not in ITEMSIZE: raise BadInput(f'{path}: tensor {name}: unknown dtype {dt!r}')
-        if e - b != math.prod(shape) * ITEMSIZE[dt]: raise BadInput(f'{path}: tensor {name}: {e-b} bytes for shape {shape} {dt}')
+        if e - b != math.prod(shape) * ITEMSIZE[dt]: raise BadInput(f'{path}: tensor {name}: {e-b} bytes for shape '
+                                                                    f'{shape} {dt}')
         spans.append((b, e, name))
     pos = 0
     for b, e, name in sorted(spans):
@@ -52,7 +56,8 @@ def read_header(path) -> tuple[dict, int]:
         n = struct.unpack('<Q', raw)[0] if len(raw) == 8 else -1
         if not 0 < n <= min(size - 8, 100 << 20): raise BadInput(f'{path}: not a safetensors file')
         try: header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e: raise BadInput(f'{path}: bad safetensors header ({e})') from None
+        except (UnicodeDecodeError,
+                json.JSONDecodeError) as e: raise BadInput(f'{path}: bad safetensors header ({e})') from None
     if not isinstance(header, dict): raise BadInput(f'{path}: bad safetensors header')
     _check_layout(path, header, size - 8 - n)
     return header, 8 + n
@@ -61,7 +66,8 @@ def tensor_refs(path) -> dict[str, TensorRef]:
     "Every tensor of one safetensors file, by name, in file order."
     header, start = read_header(path)
     items = sorted((v['data_offsets'][0], k) for k in header if k != '__metadata__' for v in [header[k]])
-    return {k: TensorRef(str(path), start + header[k]['data_offsets'][0], header[k]['data_offsets'][1] - header[k]['data_offsets'][0],
+    return {k: TensorRef(str(path), start + header[k]['data_offsets'][0],
+                         header[k]['data_offsets'][1] - header[k]['data_offsets'][0],
                          header[k]['dtype'], tuple(header[k]['shape'])) for _, k in items}
 
 # %% ../nbs/03_average.ipynb #f46372de
@@ -95,7 +101,8 @@ class Checkpoint:
 
 def _read_json(path):
     try: return json.loads(Path(path).read_text(encoding='utf-8'))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e: raise BadInput(f'{path}: cannot read JSON ({e})') from None
+    except (OSError, UnicodeDecodeError,
+            json.JSONDecodeError) as e: raise BadInput(f'{path}: cannot read JSON ({e})') from None
 
 def load_checkpoint(d) -> Checkpoint:
     "Read the headers of the model in directory `d`; refuse a missing, duplicated or mis-indexed tensor."
@@ -115,7 +122,8 @@ def load_checkpoint(d) -> Checkpoint:
         if not (d/fn).is_file(): raise BadInput(f'{d}: shard {fn} named in the index is missing')
         for name, ref in tensor_refs(d/fn).items():
             if name in tensors: raise BadInput(f'{d}: tensor {name} is in both {Path(tensors[name].path).name} and {fn}')
-            if index is not None and wm.get(name) != fn: raise BadInput(f'{d/INDEX}: tensor {name} is in {fn}, the index says {wm.get(name)}')
+            if index is not None and wm.get(name) != fn: raise BadInput(f'{d/INDEX}: tensor {name} is in {fn}, the '
+                                                                        f'index says {wm.get(name)}')
             tensors[name] = ref
     if missing := sorted(set(wm) - set(tensors)): raise BadInput(f'{d/INDEX}: tensor {missing[0]} is in no shard')
     return Checkpoint(d, files, tensors, index, config)
@@ -210,7 +218,8 @@ def _ties(ck:Checkpoint) -> bool: return bool(ck.config.get('tie_word_embeddings
 def _same_bytes(r1:TensorRef, r2:TensorRef, chunk:int=1 << 22) -> bool:
     if (r1.nbytes, r1.dtype, r1.shape) != (r2.nbytes, r2.dtype, r2.shape): return False
     with open(r1.path, 'rb') as f1, open(r2.path, 'rb') as f2:
-        return all(os.pread(f1.fileno(), min(chunk, r1.nbytes - i), r1.start + i) == os.pread(f2.fileno(), min(chunk, r1.nbytes - i), r2.start + i)
+        return all(os.pread(f1.fileno(), min(chunk, r1.nbytes - i),
+                            r1.start + i) == os.pread(f2.fileno(), min(chunk, r1.nbytes - i), r2.start + i)
                    for i in range(0, r1.nbytes, chunk))
 
 def _anchor_for(name:str, t:TensorRef, anchor:Checkpoint, notes:list) -> TensorRef:
@@ -218,28 +227,35 @@ def _anchor_for(name:str, t:TensorRef, anchor:Checkpoint, notes:list) -> TensorR
     if a is None and name in TIED and TIED[name] in anchor.tensors and _ties(anchor):
         a = anchor.tensors[TIED[name]]; notes.append(f'{name}: the anchor ties it to {TIED[name]}, averaged with that')
     if a is None: raise BadInput(f'tensor {name} is in the fine-tuned model but not in the anchor')
-    if t.dtype not in FLOATS: raise BadInput(f'tensor {name} has dtype {t.dtype}: only floating tensors ({", ".join(FLOATS)}) can be averaged')
-    if a.dtype != t.dtype: raise BadInput(f'tensor {name}: dtype {a.dtype} in the anchor, {t.dtype} in the fine-tuned model')
-    if a.shape != t.shape: raise BadInput(f'tensor {name}: shape {list(a.shape)} in the anchor, {list(t.shape)} in the fine-tuned model')
+    if t.dtype not in FLOATS: raise BadInput(f'tensor {name} has dtype {t.dtype}: only floating tensors '
+                                             f'({", ".join(FLOATS)}) can be averaged')
+    if a.dtype != t.dtype: raise BadInput(f'tensor {name}: dtype {a.dtype} in the anchor, {t.dtype} in the fine-tuned '
+                                          f'model')
+    if a.shape != t.shape: raise BadInput(f'tensor {name}: shape {list(a.shape)} in the anchor, {list(t.shape)} in the '
+                                          f'fine-tuned model')
     return a
 
 def plan_average(anchor:Checkpoint, ft:Checkpoint) -> tuple[list[OutShard], list[str]]:
     "The output shards (mirroring `ft`) with each tensor's anchor source, and notes on tied tensors."
     notes, shards = [], {f: OutShard(f, str(ft.dir/f), (ft.dir/f).stat().st_size) for f in ft.files}
     for name, t in ft.tensors.items():
-        shards[Path(t.path).name].tensors.append(OutTensor(name, t.start, t.nbytes, t.dtype, _anchor_for(name, t, anchor, notes)))
+        shards[Path(t.path).name].tensors.append(OutTensor(name, t.start, t.nbytes, t.dtype,
+                                                           _anchor_for(name, t, anchor, notes)))
     for name in anchor.tensors.keys() - ft.tensors.keys():
         src = TIED.get(name)
-        if not (src and src in ft.tensors and _ties(ft)): raise BadInput(f'tensor {name} is in the anchor but not in the fine-tuned model')
+        if not (src and src in ft.tensors and _ties(ft)): raise BadInput(f'tensor {name} is in the anchor but not in '
+                                                                         f'the fine-tuned model')
         if not _same_bytes(anchor.tensors[name], anchor.tensors.get(src, anchor.tensors[name])):
-            raise BadInput(f'tensor {name}: the fine-tuned model ties it to {src} but the anchor has a different {name}; the average cannot be tied')
+            raise BadInput(f'tensor {name}: the fine-tuned model ties it to {src} but the anchor has a different '
+                           f'{name}; the average cannot be tied')
         notes.append(f'{name}: tied to {src} in the fine-tuned model (the anchor copy is identical), not written')
     for s in shards.values(): s.tensors.sort(key=lambda t: t.start)
     return list(shards.values()), notes
 
 # %% ../nbs/03_average.ipynb #49932aac
 class AverageJob:
-    "Average the planned `shards` into `out_dir` with worker threads; `run` returns the sha256 of each shard and per-tensor sums."
+    ("Average the planned `shards` into `out_dir` with worker threads; `run` returns the sha256 of each shard and "
+     "per-tensor sums.")
     def __init__(self, shards:list, out_dir, ft_weight:float, chunk:int=4 << 20, kernel:str='auto', direct:bool=True):
         self.shards, self.w, self.chunk, self.stats = shards, float(ft_weight), chunk, {}
         self.lib = None if kernel_name(kernel) == 'numpy' else c_kernel()
@@ -248,14 +264,17 @@ class AverageJob:
             for p in sorted({s.src for s in shards} | {t.anchor.path for s in shards for t in s.tensors}): self.srcs[p] = Src(p, direct)
             for s in shards: self.dsts.append(Dst(Path(out_dir)/s.name, s.size, direct))
         except BaseException: self.close(); raise
-        self.todo = [(i, k, o0, min(o0 + chunk, s.size)) for i, s in enumerate(shards) for k, o0 in enumerate(range(0, s.size, chunk))]
+        self.todo = [(i, k, o0,
+                      min(o0 + chunk,
+                          s.size)) for i, s in enumerate(shards) for k, o0 in enumerate(range(0, s.size, chunk))]
 
     def _avg(self, dtype:str, abuf:Buf, ak:int, wbuf:Buf, wk:int, nbytes:int, stats):
         lib, mode = self.lib, (1 if self.w == 0 else 2 if self.w == 1 else 0)
         if lib is None:
-            return _numpy_avg(dtype, mode, abuf.array()[ak:ak + nbytes], wbuf.array()[wk:wk + nbytes], nbytes // ITEMSIZE[dtype],
-                              1.0 - self.w, self.w, None if stats is None else stats)
-        lib.ei_avg(DTYPE_KIND[dtype], mode, abuf.addr + ak, wbuf.addr + wk, nbytes // ITEMSIZE[dtype], 1.0 - self.w, self.w, stats)
+            return _numpy_avg(dtype, mode, abuf.array()[ak:ak + nbytes], wbuf.array()[wk:wk + nbytes],
+                              nbytes // ITEMSIZE[dtype], 1.0 - self.w, self.w, None if stats is None else stats)
+        lib.ei_avg(DTYPE_KIND[dtype], mode, abuf.addr + ak, wbuf.addr + wk, nbytes // ITEMSIZE[dtype], 1.0 - self.w,
+                   self.w, stats)
 
     def _element(self, shard, t, e:int) -> bytes:
         es, a, b = ITEMSIZE[t.dtype], Buf(ALIGN), Buf(ALIGN)
@@ -302,7 +321,8 @@ class AverageJob:
 
 # %% ../nbs/03_average.ipynb #27fe5fe7
 FORMULA = 'out = (1 - ft_weight) * anchor + ft_weight * finetuned, in float64, rounded once (nearest-even) to each tensor dtype'
-COPY_FILES = ('config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json',
+COPY_FILES = ('config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json',
+              'special_tokens_map.json',
               'added_tokens.json', 'vocab.json', 'vocab.txt', 'merges.txt', 'tokenizer.model', 'spiece.model',
               'chat_template.jinja', 'chat_template.json')
 
@@ -373,7 +393,8 @@ def _plan(anchor, finetuned, out:Path, ft_weight:float):
     if not (F.dir/'config.json').is_file(): raise BadInput(f'{F.dir}: no config.json')
     if out.resolve() in (A.dir.resolve(), F.dir.resolve()): raise BadInput(f'{out}: the output must not be an input')
     shards, notes = plan_average(A, F)
-    return A, F, shards, notes, {'format': 1, 'anchor': _fingerprint(A), 'finetuned': _fingerprint(F), 'ft_weight': ft_weight}
+    return A, F, shards, notes, {'format': 1, 'anchor': _fingerprint(A), 'finetuned': _fingerprint(F),
+                                 'ft_weight': ft_weight}
 
 def _earlier(out:Path, req:str, verify:bool, force:bool) -> dict|None:
     "The record of this very average if `out` holds it intact; refuse an `out` that is something else (unless `force`)."
@@ -404,7 +425,8 @@ def _record(A, F, shards, notes, request, sums, stats, run:dict) -> dict:
 def _average_to(tmp:Path, A, F, shards, notes, request, opts:dict, t0:float) -> dict:
     "Write the whole average into the empty directory `tmp`: shards, copied files, index, `average.json`."
     kname = opts['kernel']
-    job = AverageJob(shards, tmp, request['ft_weight'], opts['chunk'], kname if kname == 'numpy' else 'c', opts['direct_io'])
+    job = AverageJob(shards, tmp, request['ft_weight'], opts['chunk'], kname if kname == 'numpy' else 'c',
+                     opts['direct_io'])
     try: sums, stats = job.run(opts['threads'])
     finally: job.close()
     copied = []
@@ -416,19 +438,25 @@ def _average_to(tmp:Path, A, F, shards, notes, request, opts:dict, t0:float) -> 
     return rec
 
 # %% ../nbs/03_average.ipynb #f0288f07
-def average_checkpoints(anchor, # anchor model dir: the original base model (`anchor = original`) or the round's input (`previous`)
+def average_checkpoints(anchor,  # anchor model dir: the original base model (`anchor = original`) or the round's input
+                                 # (`previous`)
                         finetuned, # fine-tuned (merged SFT) model dir; the output follows its sharding and files
                         out, # output model dir, created atomically
-                        ft_weight:float=0.7, # weight on the fine-tuned model, in [0, 1]
-                        threads:int=12, # worker threads: the disks want many requests in flight, even on 2 cores
-                        chunk:int=4 << 20, # bytes per window, a multiple of 4096; buffers take (2 x threads + 4) x chunk
+                        ft_weight:float,  # weight on the fine-tuned model, in [0, 1] (0 keeps the anchor, 1 the
+                                          # fine-tuned model)
+                        threads:int=2,  # worker threads (the notebook's default); real models want about 12: the disks
+                                        # need requests in flight
+                        chunk:int=4 << 20,  # bytes per window, a multiple of 4096; buffers take (2 x threads + 4) x
+                                            # chunk
                         force:bool=False, # replace a non-empty `out` that is not an earlier average
                         verify:bool=True, # before skipping a finished output, re-check its sha256
                         kernel:str='auto', # 'auto' (C when gcc works), 'c' or 'numpy'
-                        direct:bool|None=None, # O_DIRECT I/O where the filesystem has it (default on; env EI_AVERAGE_DIRECT=0 turns it off)
+                        direct:bool|None=None,  # O_DIRECT I/O where the filesystem has it (default on; env
+                                                # EI_AVERAGE_DIRECT=0 turns it off)
                         log=None, # progress messages (default: stderr)
                        ) -> dict:
-    "Average two safetensors checkpoints into `out`; returns the `average.json` record plus tensors, bytes_written, seconds, gb_per_s, skipped."
+    ("Average two safetensors checkpoints into `out`; returns the `average.json` record plus tensors, bytes_written, "
+     "seconds, gb_per_s, skipped.")
     t0, log = time.perf_counter(), log or _say
     ft_weight, threads, direct = _check_args(ft_weight, chunk, threads, direct)
     out = Path(out).absolute()
@@ -436,12 +464,13 @@ def average_checkpoints(anchor, # anchor model dir: the original base model (`an
     n_tensors, total = sum(len(s.tensors) for s in shards), sum(s.size for s in shards)
     if rec := _earlier(out, sha256_json(request), verify, force):
         log(f'average: {out} already holds this average (ft_weight {ft_weight}, {len(shards)} shards checked): skipping')
-        return rec | {'tensors': n_tensors, 'bytes_written': 0, 'seconds': round(time.perf_counter() - t0, 3), 'gb_per_s': 0.0,
-                      'skipped': True, 'out': str(out)}
+        return rec | {'tensors': n_tensors, 'bytes_written': 0, 'seconds': round(time.perf_counter() - t0, 3),
+                      'gb_per_s': 0.0, 'skipped': True, 'out': str(out)}
     opts = {'kernel': kernel_name(kernel), 'threads': threads, 'chunk': chunk, 'direct_io': direct}
     log(f'average: {n_tensors} tensors, {len(shards)} shard(s), {total/1e9:.3f} GB, ft_weight {ft_weight}, '
         f'kernel {opts["kernel"]}, {threads} threads, {"O_DIRECT" if direct else "buffered"} I/O')
-    if out.is_dir() and any(out.iterdir()): log(f'average: {out} holds something else: it will be replaced when the new average is complete')
+    if out.is_dir() and any(out.iterdir()): log(f'average: {out} holds something else: it will be replaced when the '
+                                                f'new average is complete')
     out.parent.mkdir(parents=True, exist_ok=True)
     _clean_stale(out)
     tmp = out.parent/f'.{out.name}.avg-{os.getpid()}-{secrets.token_hex(4)}.tmp'
@@ -453,19 +482,31 @@ def average_checkpoints(anchor, # anchor model dir: the original base model (`an
     return rec | {'seconds': round(dt, 3), 'gb_per_s': round(total / dt / 1e9, 3), 'skipped': False, 'out': str(out)}
 
 # %% ../nbs/03_average.ipynb #7336c211
-def average_cli(argv:list[str]) -> dict:
-    "`ei average --anchor DIR --finetuned DIR --ft-weight W --out DIR [--threads N]`: prints tensors, bytes_written, seconds, gb_per_s."
-    from ei_nb.cli import parser, say, positive_int, open_unit_float
+def average_parser():
+    ("`ei average`'s arguments (defaults: the parameters cell of nbs/03_average.ipynb; allowed values: "
+     "`ei_nb.params_check`).")
+    d = stage_defaults('03_average')
     p = parser('average', 'stream-average two safetensors checkpoints: out = (1 - W) * anchor + W * finetuned, '
                           'in float64 rounded once to each dtype')
-    p.add_argument('--anchor', required=True, help='the anchor model dir (the original base model, or the previous round)')
-    p.add_argument('--finetuned', required=True, help='the fine-tuned (merged) model dir; the output follows its sharding')
-    p.add_argument('--ft-weight', type=open_unit_float, default=0.7, help='weight W on the fine-tuned model, 0 < W <= 1 (default 0.7)')
+    p.add_argument('--anchor', required=True,
+                   help='the anchor model dir (the original base model, or the previous round)')
+    p.add_argument('--finetuned', required=True,
+                   help='the fine-tuned (merged) model dir; the output follows its sharding')
+    p.add_argument('--ft-weight', type=arg_type('average', 'ft_weight'), default=d['ft_weight'],
+                   help=f"weight W on the fine-tuned model, 0 <= W <= 1 (0 keeps the anchor; default {d['ft_weight']})")
     p.add_argument('--out', required=True, help='output model dir (written atomically)')
-    p.add_argument('--threads', type=positive_int, default=12, help='worker threads (default 12; memory is about 2 x threads x chunk)')
+    p.add_argument('--threads', type=arg_type('average', 'threads'), default=d['threads'],
+                   help=f"worker threads (default {d['threads']}; real models want about 12; memory is about 2 x "
+                        f"threads x chunk)")
     p.add_argument('--chunk-kib', type=int, default=4096, help='window size in KiB, a multiple of 4 (default 4096)')
-    p.add_argument('--force', action='store_true', help='replace a non-empty --out that is not an earlier average')
-    a = p.parse_args(argv)
+    p.add_argument('--force', action='store_true', default=d['force'],
+                   help='replace a non-empty --out that is not an earlier average')
+    return p
+
+def average_cli(argv:list[str]) -> dict:
+    ("`ei average --anchor DIR --finetuned DIR --ft-weight W --out DIR [--threads N]`: prints tensors, bytes_written, "
+     "seconds, gb_per_s.")
+    a = average_parser().parse_args(argv)
     r = average_checkpoints(a.anchor, a.finetuned, a.out, a.ft_weight, threads=a.threads, chunk=a.chunk_kib << 10,
                             force=a.force, log=say)
     return {k: r[k] for k in ('tensors', 'bytes_written', 'seconds', 'gb_per_s')}

@@ -4,13 +4,15 @@
 
 # %% ../nbs/records/cli.ipynb #b2d2ae11
 from __future__ import annotations
-import sys, json, importlib, argparse, os, signal, gc, contextlib
+import sys, json, importlib, argparse, os, signal, gc, contextlib, ast, io, tokenize, functools
+from pathlib import Path
 from . import __version__
-from .core import EiError
+from .core import BadInput, EiError
 
 # %% auto #0
 __all__ = ['COMMANDS', 'positive_int', 'nonneg_int', 'positive_float', 'nonneg_float', 'finite_float', 'unit_float',
-           'open_unit_float', 'resolve', 'emit', 'say', 'parser', 'main', 'int_list', 'paused_gc']
+           'open_unit_float', 'resolve', 'emit', 'say', 'parser', 'main', 'int_list', 'paused_gc', 'notebook_path',
+           'cell_parameters', 'stage_defaults']
 
 # %% ../nbs/records/cli.ipynb #5de39beb
 COMMANDS = {
@@ -27,14 +29,21 @@ COMMANDS = {
     'run':      ('ei_nb.run_command:run_cli',      'run expert-iteration rounds with papermill'),
     'confirm':  ('ei_nb.confirm:confirm_cli',      'pre-registered confirmatory test evaluation'),
     'tiny':     ('ei_nb.tiny:tiny_cli',            'build a tiny random Qwen3 model for CPU demos and tests'),
-    'setup-lean': ('ei_nb.setup_lean:setup_lean_cli', 'install or check Lean 4.9.0-rc1, the reference Mathlib and the REPL'),
-    'doctor':   ('ei_nb.doctor:doctor_cli',        'check that this node has everything a run needs (OK/WARN/FAIL + fix)'),
+    'setup-lean': ('ei_nb.setup_lean:setup_lean_cli',
+                   'install or check Lean 4.9.0-rc1, the reference Mathlib and the REPL'),
+    'doctor':   ('ei_nb.doctor:doctor_cli',
+                 'check that this node has everything a run needs (OK/WARN/FAIL + fix)'),
     'pool':     ('ei_nb.pool:pool_cli',            'build the training pool from public statement sets'),
-    'report':   ('ei_nb.audit_html:report_cli',         'render a run as HTML: a page per executed stage and index.html'),
-    'logprobs': ('ei_nb.sharpen:logprobs_cli',     'teacher-forced log-probabilities of correct samples under a model (03c_sharpen)'),
-    'uplift':   ('ei_nb.sharpen:uplift_cli',       'uplift rate by likelihood rank between two log-prob files (03c_sharpen)'),
-    'dpo-data': ('ei_nb.dpo:dpo_data_cli',         'DPO preference pairs from verified samples, in curriculum bands (training/dpo)'),
-    'dpo-train': ('ei_nb.dpo:dpo_train_cli',       'DPO-train a LoRA on preference pairs, merge and export (training/dpo)'),
+    'report':   ('ei_nb.audit_html:report_cli',
+                 'render a run as HTML: a page per executed stage and index.html'),
+    'logprobs': ('ei_nb.sharpen:logprobs_cli',
+                 'teacher-forced log-probabilities of correct samples under a model (03c_sharpen)'),
+    'uplift':   ('ei_nb.sharpen:uplift_cli',
+                 'uplift rate by likelihood rank between two log-prob files (03c_sharpen)'),
+    'dpo-data': ('ei_nb.dpo:dpo_data_cli',
+                 'DPO preference pairs from verified samples, in curriculum bands (training/dpo)'),
+    'dpo-train': ('ei_nb.dpo:dpo_train_cli',
+                  'DPO-train a LoRA on preference pairs, merge and export (training/dpo)'),
 }
 
 def resolve(command:str):
@@ -68,7 +77,9 @@ def main(argv:list[str]|None=None) -> int:
     if not argv or argv[0] in ('-h', '--help'): say(_usage()); return 0 if argv else 2
     if argv[0] in ('-V', '--version'): print(f'ei_nb {__version__}'); return 0
     if argv[0] not in COMMANDS: say(f'ei: unknown command {argv[0]!r}\n\n{_usage()}'); return 2
-    if argv[0] in _COUNTING: os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')   # set before numpy loads: its idle BLAS threads would only take CPU from the scanner's
+    if argv[0] in _COUNTING: os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')  # set before numpy loads: its idle BLAS
+                                                                                 # threads would only take CPU from the
+                                                                                 # scanner's
     try: result = resolve(argv[0])(argv[1:])
     except EiError as e:
         if os.environ.get('EI_DEBUG'): import traceback; traceback.print_exc()
@@ -119,3 +130,49 @@ def paused_gc():
     try: yield
     finally:
         if was: gc.enable()
+
+# %% ../nbs/records/cli.ipynb #89f2491e
+def notebook_path(stage:str, nbs=None) -> Path:
+    "The source notebook of `stage` (in `nbs`, else `$EI_NBS`, else the repository's `nbs/`)."
+    return Path(nbs or os.environ.get('EI_NBS') or Path(__file__).resolve().parent.parent/'nbs')/f'{stage}.ipynb'
+
+def _literal(node):
+    "The value of a literal, or of `dict(key=literal, ...)`; None when it is neither."
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == 'dict' and not node.args:
+        return {k.arg: _literal(k.value) for k in node.keywords}
+    try: return ast.literal_eval(node)
+    except ValueError: return None
+
+def cell_parameters(src:str) -> dict:
+    ("`{name: {'default', 'help'}}` of the `name = literal` assignments of a parameters cell (`'keys'`: a group's "
+     "helps).")
+    comments = {t.start[0]: t.string.lstrip('#').strip()
+                for t in tokenize.generate_tokens(io.StringIO(src).readline) if t.type == tokenize.COMMENT}
+    out = {}
+    for node in ast.parse(src).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value, line = _literal(node.value), node.value.lineno if isinstance(node.value,
+                                                                                ast.Call) else node.end_lineno
+            out[node.targets[0].id] = {'default': value, 'help': comments.get(line, '')}
+            if isinstance(node.value, ast.Call) and isinstance(value, dict):
+                out[node.targets[0].id]['keys'] = {k.arg: comments.get(k.value.end_lineno,
+                                                                       '') for k in node.value.keywords}
+    return out
+
+def _notebook_cell(path:str) -> str:
+    "The source of the cell tagged `parameters` of the notebook at `path` (read again only when the file changes)."
+    try: st = os.stat(path)
+    except FileNotFoundError: raise BadInput(f'{path}: no such notebook (the stage defaults live there; set $EI_NBS)') from None
+    return _cell_of(path, st.st_mtime_ns, st.st_size)
+
+@functools.lru_cache(maxsize=64)
+def _cell_of(path:str, mtime_ns:int, size:int) -> str:
+    nb = json.loads(Path(path).read_text(encoding='utf-8'))
+    cells = [c for c in nb['cells'] if 'parameters' in c.get('metadata', {}).get('tags', [])]
+    if len(cells) != 1: raise BadInput(f'{path}: expected one cell tagged `parameters`, found {len(cells)}')
+    src = cells[0]['source']
+    return ''.join(src) if isinstance(src, list) else src
+
+def stage_defaults(stage:str, nbs=None) -> dict:
+    "`{name: default}` of the parameters cell of `stage`'s notebook: the one home of its defaults."
+    return {k: v['default'] for k, v in cell_parameters(_notebook_cell(str(notebook_path(stage, nbs)))).items()}

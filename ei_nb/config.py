@@ -4,81 +4,89 @@
 
 # %% ../nbs/run/config.ipynb #f655931f
 from __future__ import annotations
-import ast, difflib, io, os, shutil, sys, tokenize
+import difflib, os, shutil, sys
 from pathlib import Path
 from .core import BadInput, shared_data
-from .cli import say
+from .cli import say, cell_parameters, notebook_path, _notebook_cell   # the one reader of a parameters cell
 from .eta import ETA_KEYS
 from .layout import RunLayout
 from .params_check import rule_for
 from .vllm_server import serve_settings
-from .verify import backend_names
+from .verify import VerifierSettings, backend_names
+from .samplers import DP_FIX, SAMPLER_NAMES
 
 # %% auto #0
 __all__ = ['VERIFY_WIRING', 'SERVE_WIRING', 'WIRING', 'WIRED', 'OPTIONAL_STAGES', 'SECTIONS', 'DRIVER_KEYS', 'STAGE_DRIVER_KEYS',
-           'notebook_path', 'cell_parameters', 'notebook_parameters', 'parse_set', 'read_toml', 'load_config', 'expand',
-           'portable', 'resolve_paths', 'verifier_params', 'served', 'serve_params', 'validate_config']
+           'notebook_parameters', 'flat_parameters', 'group_keys', 'parse_set', 'read_toml', 'load_config', 'expand',
+           'portable', 'resolve_paths', 'verifier_params', 'verify_param', 'served', 'serve_params', 'validate_config']
 
 # %% ../nbs/run/config.ipynb #2d393e4f
-VERIFY_WIRING = {'verify_backend': 'verify_backend', 'lean_project': 'lean_project', 'workers': 'workers', 'timeout': 'timeout',
-                 'known_proofs': 'known_proofs', 'max_error_frac': 'max_error_frac'}   # the verifier: one setting for every stage that checks proofs
-SERVE_WIRING = {'serve': 'serve', 'serve_log': 'serve_log'}   # the managed vLLM server of a stage that samples (sampler "served")
+VERIFY_WIRING = {'verify': 'verify'}  # the verifier, one dict of `VerifierSettings` keys: the same for every stage that
+                                      # checks proofs
+SERVE_WIRING = {'serve': 'serve', 'serve_log': 'serve_log'}  # the managed vLLM server of a stage that samples (sampler
+                                                             # "served")
 WIRING = {
     'demo': {'out_dir': 'demo_dir', 'prompt_style': 'prompt_style'},
-    '00b_conjecture': {'problems_path': 'pool', 'extra_problems_paths': 'earlier_conjectures', 'verdicts_path': 'latest_verdicts',
-                       'model_dir': 'model_in', 'out_dir': 'round_dir', 'round_idx': 'round', 'prompt_style': 'prompt_style',
-                       'protected_paths': 'excluded', **VERIFY_WIRING, **SERVE_WIRING},
+    '00b_conjecture': {'problems_path': 'pool', 'extra_problems_paths': 'earlier_conjectures',
+                       'verdicts_path': 'latest_verdicts',
+                       'model_dir': 'model_in', 'out_dir': 'round_dir', 'round_idx': 'round',
+                       'prompt_style': 'prompt_style', 'protected_paths': 'excluded', **VERIFY_WIRING, **SERVE_WIRING},
     '00_select': {'pool_path': 'pool', 'extra_pool_paths': 'conjecture_pool', 'results_path': 'measurement_in',
                   'newer_results_paths': 'newer_results', 'protected_paths': 'excluded', 'out_dir': 'round_dir'},
-    '01_sample_verify': {'problems_path': 'to_sample', 'model_dir': 'model_in', 'out_dir': 'round_dir', 'round_idx': 'round',
-                         'prompt_style': 'prompt_style', 'seed_samples_path': 'seed_samples', 'seed_verdicts_path': 'seed_verdicts',
+    '01_sample_verify': {'problems_path': 'to_sample', 'model_dir': 'model_in', 'out_dir': 'round_dir',
+                         'round_idx': 'round',
+                         'prompt_style': 'prompt_style', 'seed_samples_path': 'seed_samples',
+                         'seed_verdicts_path': 'seed_verdicts',
                          'data_rule': 'in_a_round', **VERIFY_WIRING, **SERVE_WIRING},
-    '01c_correct': {'problems_path': 'selected', 'samples_path': 'samples', 'verdicts_path': 'verdicts', 'model_dir': 'model_in',
-                    'out_dir': 'round_dir', 'round_idx': 'round', 'prompt_style': 'prompt_style', 'protected_paths': 'excluded',
-                    **VERIFY_WIRING, **SERVE_WIRING},
-    '02_sft': {'problems_path': 'selected', 'samples_path': 'samples', 'verdicts_path': 'verdicts', 'model_dir': 'model_in',
+    '01c_correct': {'problems_path': 'selected', 'samples_path': 'samples', 'verdicts_path': 'verdicts',
+                    'model_dir': 'model_in',
+                    'out_dir': 'round_dir', 'round_idx': 'round', 'prompt_style': 'prompt_style',
+                    'protected_paths': 'excluded', **VERIFY_WIRING, **SERVE_WIRING},
+    '02_sft': {'problems_path': 'selected', 'samples_path': 'samples', 'verdicts_path': 'verdicts',
+               'model_dir': 'model_in',
                'out_dir': 'round_dir', 'protected_paths': 'excluded', 'round_idx': 'round', 'style': 'prompt_style',
                'correction_rows_path': 'correction_rows', 'conjecture_rows_path': 'conjecture_rows'},
     '03_average': {'anchor_dir': 'anchor', 'finetuned_dir': 'merged', 'out_dir': 'averaged'},
     '04_eval': {'problems_path': 'scored', 'model_dir': 'model', 'out_dir': 'eval_dir', 'round_idx': 'round',
-                'prompt_style': 'prompt_style', 'allow_test_selection': 'allow_test_selection', **VERIFY_WIRING, **SERVE_WIRING},
-    '05_stop_rule': {'scores': 'scores', 'rounds': 'rounds', 'data_stop_reason': 'data_stop_reason', 'baseline_score': 'S_0',
-                     'out_dir': 'round_dir'},
+                'prompt_style': 'prompt_style', 'allow_test_selection': 'allow_test_selection', **VERIFY_WIRING,
+                **SERVE_WIRING},
+    '05_stop_rule': {'scores': 'scores', 'rounds': 'rounds', 'data_stop_reason': 'data_stop_reason',
+                     'baseline_score': 'S_0', 'out_dir': 'round_dir'},
     '06_report': {'run_dir': 'run_dir', 'upto_round': 'upto_round', 'figures_dir': 'figures'},
-    '03c_sharpen': {'problems_path': 'selected', 'samples_path': 'samples', 'verdicts_path': 'verdicts', 'model_in': 'model_in',
-                   'model_out': 'averaged', 'sft_path': 'sft_rows', 'logprobs_in_path': 'sft_logprobs', 'out_dir': 'round_dir',
-                   'style': 'prompt_style'},
+    '03c_sharpen': {'problems_path': 'selected', 'samples_path': 'samples', 'verdicts_path': 'verdicts',
+                    'model_in': 'model_in',
+                   'model_out': 'averaged', 'sft_path': 'sft_rows', 'logprobs_in_path': 'sft_logprobs',
+                   'out_dir': 'round_dir', 'style': 'prompt_style'},
 }
 WIRING = {s: w | {'stage_json': 'stage_json'} for s, w in WIRING.items()}
 WIRED = {s: set(w) for s, w in WIRING.items()}
 OPTIONAL_STAGES = {'00b_conjecture': 'conjecture', '01c_correct': 'correct', '03c_sharpen': 'sharpen'}   # stage -> config section; it runs only when that section says `enabled = true`
-SECTIONS = {'demo': 'demo', '00_select': 'select', '01_sample_verify': 'sample_verify', '02_sft': 'sft', '03_average': 'average',
-            '04_eval': 'eval', '05_stop_rule': 'stop_rule', '06_report': 'report'} | OPTIONAL_STAGES   # config section of every stage
+SECTIONS = {'demo': 'demo', '00_select': 'select', '01_sample_verify': 'sample_verify', '02_sft': 'sft',
+            '03_average': 'average',
+            '04_eval': 'eval', '05_stop_rule': 'stop_rule', '06_report': 'report'} | OPTIONAL_STAGES  # config section
+            # of every stage
 
-def notebook_path(stage:str, nbs=None) -> Path:
-    "The source notebook of `stage` (in `nbs`, else `$EI_NBS`, else the repository's `nbs/`)."
-    return Path(nbs or os.environ.get('EI_NBS') or Path(__file__).resolve().parent.parent/'nbs')/f'{stage}.ipynb'
+
 
 # %% ../nbs/run/config.ipynb #84f70749
-def cell_parameters(src:str) -> dict:
-    "`{name: {'default', 'help'}}` of the `name = literal` assignments of a parameters cell."
-    comments = {t.start[0]: t.string.lstrip('#').strip()
-                for t in tokenize.generate_tokens(io.StringIO(src).readline) if t.type == tokenize.COMMENT}
+def notebook_parameters(path) -> dict:
+    "Parameters of the cell tagged `parameters` in the notebook at `path` (`ei_nb.cli.cell_parameters`)."
+    return cell_parameters(_notebook_cell(str(path)))
+
+def flat_parameters(params:dict, wired=()) -> dict:
+    ("The parameters as a config section names them: each key of a group (a `dict(...)` the driver does not set) on "
+     "its own.")
     out = {}
-    for node in ast.parse(src).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try: value = ast.literal_eval(node.value)
-            except ValueError: value = None
-            out[node.targets[0].id] = {'default': value, 'help': comments.get(node.end_lineno, '')}
+    for name, p in params.items():
+        if 'keys' not in p or name in wired: out[name] = p; continue
+        for k, v in p['default'].items():
+            if k in params: raise BadInput(f'parameter {k!r} is both a key of the group {name!r} and a parameter')
+            out[k] = {'default': v, 'help': p['keys'].get(k, ''), 'group': name}
     return out
 
-def notebook_parameters(path) -> dict:
-    "Parameters of the cell tagged `parameters` in the notebook at `path`."
-    import nbformat
-    nb = nbformat.read(str(path), as_version=4)
-    cells = [c for c in nb.cells if 'parameters' in c.get('metadata', {}).get('tags', [])]
-    if len(cells) != 1: raise BadInput(f'{path}: expected one cell tagged `parameters`, found {len(cells)}')
-    return cell_parameters(cells[0].source)
+def group_keys(params:dict, wired=()) -> dict:
+    "`{group: [its keys]}` of the groups `flat_parameters` opens."
+    return {name: list(p['default']) for name, p in params.items() if 'keys' in p and name not in wired}
 
 # %% ../nbs/run/config.ipynb #390c4d5d
 DRIVER_KEYS = {
@@ -111,10 +119,13 @@ DRIVER_KEYS = {
               'vllm_bin': ('vllm', 'the vllm command (a path, or a command line; {python} is this Python)'),
               'data_parallel_size': (1, 'engines behind the one endpoint (all nodes together)'),
               'data_parallel_size_local': (0, 'engines per node (backend ray; required there)'),
-              'tensor_parallel_size': (1, 'GPUs per engine'), 'max_model_len': (0, 'prompt + output tokens (0: the model\'s own)'),
-              'seed': (0, 'engine seed (every request carries its own)'), 'generation_config': ('vllm', 'must be vllm (no defaults from the model\'s generation_config.json)'),
+              'tensor_parallel_size': (1, 'GPUs per engine'),
+              'max_model_len': (0, 'prompt + output tokens (0: the model\'s own)'),
+              'seed': (0, 'engine seed (every request carries its own)'),
+              'generation_config': ('vllm', 'must be vllm (no defaults from the model\'s generation_config.json)'),
               'host': ('127.0.0.1', 'where the server listens'), 'port': (0, 'its port (0: a free one)'),
-              'deadline': (1800.0, 'seconds for the model to load'), 'grace': (30.0, 'seconds between SIGTERM and SIGKILL when stopping'),
+              'deadline': (1800.0, 'seconds for the model to load'),
+              'grace': (30.0, 'seconds between SIGTERM and SIGKILL when stopping'),
               'extra_args': ([], 'further vllm serve flags, e.g. ["--gpu-memory-utilization", "0.85"]'),
               'max_num_seqs': (0, 'sequences one engine runs at once (--max-num-seqs; 0: vLLM\'s default)'),
               'max_in_flight': (0, 'sequences the sampler keeps in flight (0: max_num_seqs x data_parallel_size)')},
@@ -122,13 +133,18 @@ DRIVER_KEYS = {
 }
 STAGE_DRIVER_KEYS = {'03_average': {'anchor': ('original', 'original (the base model) or previous (the round input)')},
                      '03c_sharpen': {'enabled': (False, 'run the uplift diagnostic after 03_average in every round')},
-                     '01c_correct': {'enabled': (False, 'run the self-correction stage (nbs/01c_correct.ipynb) after 01 in every round')},
-                     '00b_conjecture': {'enabled': (False, 'run the conjecture stage (nbs/00b_conjecture.ipynb) first in every round')}}
+                     '01c_correct': {'enabled': (False,
+                                                 'run the self-correction stage (nbs/01c_correct.ipynb) after 01 in '
+                                                 'every round')},
+                     '00b_conjecture': {'enabled': (False,
+                                                    'run the conjecture stage (nbs/00b_conjecture.ipynb) first in '
+                                                    'every round')}}
 _STAGE_OF = {v: k for k, v in SECTIONS.items()}
 
 def _type_ok(value, default) -> bool:
     if default is None: return True
-    if isinstance(default, bool) or isinstance(value, bool): return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, bool) or isinstance(value, bool): return isinstance(value,
+                                                                               bool) and isinstance(default, bool)
     if isinstance(default, float): return isinstance(value, (int, float))
     return isinstance(value, type(default))
 
@@ -140,7 +156,8 @@ def _unknown(kind:str, key:str, known) -> BadInput:
 def parse_set(item:str) -> tuple[str, str, object]:
     "`'section.key=value'` → (section, key, value); the value is read as TOML, else kept as a string."
     import tomllib
-    if '=' not in item or '.' not in item.split('=', 1)[0]: raise BadInput(f'--set {item!r}: expected SECTION.KEY=VALUE')
+    if '=' not in item or '.' not in item.split('=',
+                                                1)[0]: raise BadInput(f'--set {item!r}: expected SECTION.KEY=VALUE')
     path, raw = item.split('=', 1)
     section, key = path.strip().rsplit('.', 1)
     try: value = tomllib.loads(f'v = {raw}')['v']
@@ -164,19 +181,25 @@ def _driver_section(path:Path, section:str, body:dict) -> dict:
     keys = DRIVER_KEYS[section]
     for k, v in body.items():
         if k not in keys: raise _unknown(f'key in [{section}] of {path}: key', k, keys)
-        if not _type_ok(v, keys[k][0]): raise BadInput(f'{path}: {section}.{k} = {v!r}: expected {type(keys[k][0]).__name__}')
+        if not _type_ok(v,
+                        keys[k][0]): raise BadInput(f'{path}: {section}.{k} = {v!r}: expected '
+                                                    f'{type(keys[k][0]).__name__}')
     return {k: body.get(k, d) for k, (d, _) in keys.items()}
 
 def _stage_section(path:Path, stage:str, body:dict, nbs, warn) -> tuple[dict, dict, list]:
     "A stage section checked against its notebook's parameters: (parameters, driver-only keys, defaults used)."
-    section, params, body = SECTIONS[stage], notebook_parameters(notebook_path(stage, nbs)), dict(body)
+    section, body = SECTIONS[stage], dict(body)
+    params = flat_parameters(notebook_parameters(notebook_path(stage, nbs)), WIRED[stage])
     extra = STAGE_DRIVER_KEYS.get(stage, {})
     driver = {k: body.pop(k, d) for k, (d, _) in extra.items()}
     for k, v in body.items():
-        if k in WIRED[stage]: raise BadInput(f'{path}: {section}.{k} is set by the driver (per round), not by the config')
-        if k not in params: raise _unknown(f'key in [{section}] of {path} (not a parameter of {stage}.ipynb nor a driver key): key', k, set(params) - WIRED[stage] | set(extra))
-        if not _type_ok(v, params[k]['default']):
-            raise BadInput(f'{path}: {section}.{k} = {v!r}: expected {type(params[k]["default"]).__name__} like the notebook default {params[k]["default"]!r}')
+        if k in WIRED[stage]: raise BadInput(f'{path}: {section}.{k} is set by the driver (per round), not by the '
+                                             f'config')
+        if k not in params:
+            raise _unknown(f'key in [{section}] of {path} (not a parameter of {stage}.ipynb nor a driver key): key', k,
+                           set(params) - WIRED[stage] | set(extra))
+        if not _type_ok(v, d := params[k]['default']):
+            raise BadInput(f'{path}: {section}.{k} = {v!r}: expected {type(d).__name__} like the notebook default {d!r}')
     missing = sorted(set(params) - WIRED[stage] - set(body))
     if missing: warn(f'config: [{section}] does not set {", ".join(missing)}: notebook defaults used')
     return {k: body.get(k, params[k]['default']) for k in params if k not in WIRED[stage]}, driver, missing
@@ -186,10 +209,14 @@ def _check_choices(path:Path, cfg:dict):
     if cfg['stage_driver']['03_average']['anchor'] not in ('original', 'previous'):
         raise BadInput(f"{path}: average.anchor must be 'original' or 'previous'")
     if cfg['verify']['backend'] not in ('auto', *backend_names()) and ':' not in cfg['verify']['backend']:
-        raise BadInput(f"{path}: verify.backend {cfg['verify']['backend']!r}: use auto, {', '.join(backend_names())} or package.module:factory")
-    if cfg['run']['prompt_style'] not in ('chat', 'completion'): raise BadInput(f"{path}: run.prompt_style must be chat or completion")
+        raise BadInput(f"{path}: verify.backend {cfg['verify']['backend']!r}: use auto, {', '.join(backend_names())} "
+                       f"or package.module:factory")
+    if cfg['run']['prompt_style'] not in ('chat',
+                                          'completion'): raise BadInput(f"{path}: run.prompt_style must be chat or "
+                                                                        f"completion")
     if not (cfg['run']['name'] or cfg['run']['run_dir']): raise BadInput(f'{path}: set run.name (or run.run_dir)')
-    if not 0 <= cfg['verify']['max_error_frac'] <= 1: raise BadInput(f"{path}: verify.max_error_frac must be in [0, 1] (1: never stop)")
+    if not 0 <= cfg['verify']['max_error_frac'] <= 1: raise BadInput(f"{path}: verify.max_error_frac must be in [0, 1] "
+                                                                     f"(1: never stop)")
     try: serve_settings(cfg['serve'])
     except BadInput as e: raise BadInput(f'{path}: {e}') from None
 
@@ -208,12 +235,15 @@ def load_config(path, # the TOML file
     "The validated configuration: driver sections with defaults filled in, and `stages` (parameters by stage)."
     path = Path(path); raw = read_toml(path, sets)
     _check_sections(path, raw)
-    cfg = {'source': str(path.resolve()), 'demo': 'demo' in raw, 'stages': {}, 'stage_driver': {}, 'defaults_used': {}}
+    cfg = {'source': str(path.resolve()), 'demo': 'demo' in raw, 'stages': {}, 'stage_driver': {}, 'defaults_used': {},
+           'groups': {}}   # groups: {stage: {group: [keys]}}, the dict parameters `Sources` injects the flat keys in
     cfg |= {section: _driver_section(path, section, raw.get(section, {})) for section in DRIVER_KEYS}
     for stage in SECTIONS:
         if stage == 'demo' and not cfg['demo']: continue
         if stage in OPTIONAL_STAGES and SECTIONS[stage] not in raw: continue
-        cfg['stages'][stage], cfg['stage_driver'][stage], missing = _stage_section(path, stage, raw.get(SECTIONS[stage], {}), nbs, warn or say)
+        body = raw.get(SECTIONS[stage], {})
+        cfg['stages'][stage], cfg['stage_driver'][stage], missing = _stage_section(path, stage, body, nbs, warn or say)
+        cfg['groups'][stage] = group_keys(notebook_parameters(notebook_path(stage, nbs)), WIRED[stage])
         if missing: cfg['defaults_used'][stage] = missing
     _check_choices(path, cfg)
     if cfg['verify']['backend'] == 'ray':   # the stage kernels' ray back-end reads these (ei_nb.lean_ray.ray_verifier)
@@ -221,7 +251,8 @@ def load_config(path, # the TOML file
                'EI_RAY_WORKERS_PER_NODE': str(cfg['verify']['workers_per_node'])}
         cfg['run']['env'] = {**{k: v for k, v in ray.items() if v and v != '0'}, **cfg['run']['env']}
     if cfg['paths']['lake']:   # the stage kernels find `lake` through EI_LAKE (ei_nb.lean_backends.lake_executable)
-        cfg['run']['env'] = {'EI_LAKE': str(Path(expand(cfg['paths']['lake'], '', path.parent)).absolute()), **cfg['run']['env']}
+        cfg['run']['env'] = {'EI_LAKE': str(Path(expand(cfg['paths']['lake'], '', path.parent)).absolute()),
+                             **cfg['run']['env']}
     if not cfg['verify']['replay']:   # the stage kernels' verifiers read EI_REPLAY (ei_nb.verify)
         cfg['run']['env'] = {**cfg['run']['env'], 'EI_REPLAY': '0'}
     return cfg
@@ -248,17 +279,25 @@ def resolve_paths(cfg:dict, run_dir:Path, seed_verdicts:str='', baseline_verdict
     paths['seed_verdicts'] = seed_verdicts or paths['seed_verdicts']
     paths['baseline_verdicts'] = baseline_verdicts or paths['baseline_verdicts']
     absolute = lambda v: str(Path(v).resolve()) if v else v
-    return {k: v if k == 'scored_split' else [absolute(x) for x in v] if isinstance(v, list) else absolute(v) for k, v in paths.items()}
+    return {k: v if k == 'scored_split' else [absolute(x) for x in v] if isinstance(v,
+                                                                                    list) else absolute(v) for k, v in paths.items()}
 
 # %% ../nbs/run/config.ipynb #377b8cbe
 def verifier_params(cfg:dict, paths:dict, run_dir) -> dict:
-    "The run's verifier as the stage notebooks' parameters ('auto' resolved: lean when `lean` and a Mathlib project exist, else known)."
+    ("The run's verifier as the stage notebooks' parameters ('auto' resolved: lean when `lean` and a Mathlib project "
+     "exist, else known).")
     v, project = cfg['verify'], paths['lean_project']
     backend = v['backend']
     if backend == 'auto': backend = 'lean' if shutil.which('lean') and project and Path(project).is_dir() else 'known'
     known = RunLayout(run_dir).known_proofs(cfg['demo']) if backend == 'known' else ''
     return {'verify_backend': backend, 'lean_project': project if backend in ('lean', 'repl', 'ray') else '',
-            'workers': v['workers'] or 0, 'timeout': v['timeout'], 'known_proofs': str(known), 'max_error_frac': v['max_error_frac']}
+            'workers': v['workers'] or 0, 'timeout': v['timeout'], 'known_proofs': str(known),
+            'max_error_frac': v['max_error_frac']}
+
+def verify_param(v:dict) -> dict:
+    "The `verify` parameter of a stage notebook (the keys of `ei_nb.verify.VerifierSettings`) of `verifier_params`."
+    return {'backend': v['verify_backend'], 'project': v['lean_project'], 'workers': v['workers'],
+            'timeout': v['timeout'], 'known_proofs': v['known_proofs'], 'max_error_frac': v['max_error_frac']}
 
 # %% ../nbs/run/config.ipynb #5223dcb6
 def served(cfg:dict, stage:str) -> bool:
@@ -266,7 +305,8 @@ def served(cfg:dict, stage:str) -> bool:
     return cfg['stages'].get(stage, {}).get('sampler') == 'served'
 
 def serve_params(cfg:dict, stage:str, run_dir) -> dict:
-    "The `serve` parameter of `stage`: the config's `[serve]` with `{config_dir}` expanded, or {} when it does not use `served`."
+    ("The `serve` parameter of `stage`: the config's `[serve]` with `{config_dir}` expanded, or {} when it does not "
+     "use `served`.")
     if not served(cfg, stage): return {}
     return {k: expand(v, run_dir, Path(cfg['source']).parent) for k, v in cfg['serve'].items()}
 
@@ -301,12 +341,13 @@ def _check_paths(cfg):
 
 def _check_samplers(cfg, by):
     "A known sampler; the in-process vllm sampler with one engine; the served one with the server's sizes only."
-    from ei_nb.samplers import DP_FIX, SAMPLER_NAMES
     for section, p in by.items():
         if 'sampler' not in p: continue
-        if p['sampler'] not in SAMPLER_NAMES: raise _bad(cfg, section, 'sampler', p['sampler'], 'one of ' + ', '.join(SAMPLER_NAMES))
+        if p['sampler'] not in SAMPLER_NAMES: raise _bad(cfg, section, 'sampler', p['sampler'],
+                                                         'one of ' + ', '.join(SAMPLER_NAMES))
         if p['sampler'] == 'vllm' and p.get('data_parallel_size', 1) != 1:
-            raise _bad(cfg, section, 'data_parallel_size', p['data_parallel_size'], f'1 with sampler = "vllm": {DP_FIX}')
+            raise _bad(cfg, section, 'data_parallel_size', p['data_parallel_size'],
+                       f'1 with sampler = "vllm": {DP_FIX}')
         for k in ('tensor_parallel_size', 'data_parallel_size'):
             if p['sampler'] == 'served' and p.get(k, 1) != 1:
                 raise _bad(cfg, section, k, p[k], f'1 with sampler = "served": the server\'s sizes are [serve] {k}')

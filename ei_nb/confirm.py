@@ -24,7 +24,7 @@ __all__ = ['SCHEMA', 'ARMS', 'DEFAULT_PROBLEMS', 'DEFAULT_RUNNER', 'KS', 'ALPHA'
 SCHEMA = 'ei_nb.confirm/1'
 ARMS = ('model', 'baseline')           # B and A of the McNemar table: c = solved by the model only
 DEFAULT_PROBLEMS = 'minif2f_dsp15.jsonl'
-DEFAULT_RUNNER = 'ei_nb.eval:run_eval'
+DEFAULT_RUNNER = 'ei_nb.eval:eval_arm'
 KS = (1, 8, 32)
 ALPHA = 0.05
 P_DISC_DESIGN = 0.12                   # discordance assumed for the power statement when none is observed

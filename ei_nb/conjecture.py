@@ -4,17 +4,26 @@
 
 # %% ../nbs/00b_conjecture.ipynb #5cf8d6b8
 from __future__ import annotations
-import hashlib, itertools, random, re
+import dataclasses, hashlib, itertools, random, re
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from .core import (SFT_MAX_TOKENS, BadInput, StageFailed, check_record, normalize_ws, read_problems, read_samples, read_verdicts,
-                        iter_jsonl, statement_key, write_records)
-from .lean_lex import code_only
+from .core import (SFT_MAX_TOKENS, BadInput, StageFailed, check_record, normalize_ws, read_problems, read_samples,
+                        read_verdicts, iter_jsonl, statement_key, write_records)
+from .lean_lex import code_only, labels
 from .prompts import render_prompt
-from .layout import RoundLayout
+from .layout import RoundLayout, stage_numbers
 from .rows import encode, join_passes, load_tokenizer
-from .sft import add_capped_rows, build_sft_rows, sft_row, is_protected, protected_index, protected_key, protected_match
+from .sft import (add_capped_rows, build_sft_rows, sft_row, is_protected, protected_index, protected_key,
+                       protected_match)
+from .policy import split_code, precheck
+from .lean_reply import HeaderStall, LeanError
+from .core import sha256_json
+from .samplers import SampleParams, dataclass_from, open_verifier
+from .sample_job import SamplerSetup
+from .remote_samplers import open_sampler
+from .verify import VerifierSettings
 
 # %% auto #0
 __all__ = ['LEMMA_TACTICS', 'LEMMA_MARK', 'EASY_MARK', 'HARD_MARK', 'HARD_END', 'CONJECTURE_ASK', 'STATUSES', 'EASY_TACTICS',
@@ -22,7 +31,7 @@ __all__ = ['LEMMA_TACTICS', 'LEMMA_MARK', 'EASY_MARK', 'HARD_MARK', 'HARD_END', 
            'seed_proofs', 'seed_code', 'choose_pairs', 'conjecture_block', 'conjecture_prompt', 'prompt_problem',
            'parse_conjecture', 'rename_theorem', 'conjecture_name', 'conjecture_problem', 'precheck_statement',
            'check_candidates', 'elaborate', 'lemma_statements', 'proof_length', 'select_conjectures', 'conjecture_rows',
-           'conjecture_proof_rows', 'add_conjecture_rows', 'run_conjecture', 'conjecture_counts']
+           'conjecture_proof_rows', 'add_conjecture_rows', 'ConjectureRules', 'run_conjecture', 'conjecture_counts']
 
 # %% ../nbs/00b_conjecture.ipynb #5ed676af
 LEMMA_TACTICS = frozenset('''norm_num norm_num1 field_simp ring_nf ring1_nf simp_all simp_arith simp_rw simp_intro norm_cast push_cast
@@ -42,7 +51,8 @@ _HYP = re.compile(r"h[A-Za-z]?(?:_|\d|[₀-₉])")    # hypothesis-style names: 
 
 def bound_names(code:str # Lean code, comments already removed
                ) -> set[str]:
-    "The names `code` binds itself: declared names and their binders, `have`/`obtain`/`intro`/`fun`/`with`/... patterns, ∀/∃/λ binders, case names."
+    ("The names `code` binds itself: declared names and their binders, `have`/`obtain`/`intro`/`fun`/`with`/... "
+     "patterns, ∀/∃/λ binders, case names.")
     out = set()
     for m in _HEAD.finditer(code):
         out.add(m.group(1))
@@ -89,7 +99,8 @@ def seed_proofs(problems:list[dict], verdicts:list[dict], # the pool and the lat
                 protected=(), # rows with `name` and `formal_statement` that never seed
                 min_rate:float=0.0, # only problems whose pass rate in `verdicts` is above this seed (STP: 0.35)
                ) -> list[dict]:
-    "`{problem, code, lemmas}` of each verified proof of an original (non-conjecture, unprotected) pool problem, in file order."
+    ("`{problem, code, lemmas}` of each verified proof of an original (non-conjecture, unprotected) pool problem, in "
+     "file order.")
     by_name, index, out, seen = {p['name']: p for p in problems}, protected_index(protected), [], set()
     tried, passed = Counter(v['name'] for v in verdicts), Counter(v['name'] for v in verdicts if v['verdict'] == 'pass')
     for v in verdicts:
@@ -103,9 +114,8 @@ def seed_proofs(problems:list[dict], verdicts:list[dict], # the pool and the lat
     return out
 
 def seed_code(proof:str, problem:dict) -> str:
-    "The verified code without its header lines and comments: the theorem and its proof (what STP calls the easy theorem)."
-    from ei_nb.policy import split_code
-    from ei_nb.lean_lex import labels
+    ("The verified code without its header lines and comments: the theorem and its proof (what STP calls the easy "
+     "theorem).")
     body = split_code(proof)[1]
     bare = ''.join(ch for ch, lab in zip(body, labels(body)) if lab != 'm' or ch == '\n')
     return '\n'.join(l.rstrip() for l in bare.split('\n') if l.strip())
@@ -114,8 +124,10 @@ def choose_pairs(seeds:list[dict], # `seed_proofs`
                  n_prompts:int, # prompts wanted
                  lemma_frac:float=0.1, # each lemma in at most this fraction of the prompts
                  seed:int=0) -> list[tuple[dict, str]]:
-    "(seed, lemma) pairs: seeded order, each statement–lemma pair once, each lemma at most `lemma_frac·n_prompts` times."
-    if n_prompts < 0 or not 0 < lemma_frac <= 1: raise BadInput(f'n_prompts must be >= 0 and lemma_frac in (0, 1], got {n_prompts}, {lemma_frac}')
+    ("(seed, lemma) pairs: seeded order, each statement–lemma pair once, each lemma at most `lemma_frac·n_prompts` "
+     "times.")
+    if n_prompts < 0 or not 0 < lemma_frac <= 1: raise BadInput(f'n_prompts must be >= 0 and lemma_frac in (0, 1], got '
+                                                                f'{n_prompts}, {lemma_frac}')
     order = list(range(len(seeds)))
     random.Random(seed).shuffle(order)
     used, pairs, count = set(), [], Counter()
@@ -144,15 +156,19 @@ def conjecture_prompt(header:str, lemma_statement:str, seed_code:str, tokenizer=
     if style == 'completion': return block + '\ntheorem'
     user = block.removesuffix(HARD_MARK) + '```\n\n' + CONJECTURE_ASK
     turn = [{'role': 'user', 'content': user}]
-    rendered = tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True) if tokenizer else f'[user]\n{user}\n\n[assistant]\n'
+    rendered = tokenizer.apply_chat_template(turn, tokenize=False,
+                                             add_generation_prompt=True) if tokenizer else f'[user]\n{user}\n\n[assistant]\n'
     return rendered + f'{HARD_MARK}\ntheorem'
 
-def prompt_problem(seed:dict, lemma:str, lemma_statement:str, idx:int, round_idx:int, tokenizer=None, style:str='completion') -> dict:
+def prompt_problem(seed:dict, lemma:str, lemma_statement:str, idx:int, round_idx:int, tokenizer=None,
+                   style:str='completion') -> dict:
     "A problem record whose prompt is the conjecturer's turn for (seed, lemma): the sampler treats it like any problem."
     p = seed['problem']
     return {'name': f'cprompt_r{round_idx:02d}_{idx:04d}', 'split': 'conjecture_prompt', 'header': p['header'],
-            'formal_statement': p['formal_statement'], 'seed': p['name'], 'lemma': lemma, 'lemma_statement': lemma_statement,
-            'seed_code': seed['code'], 'turn_prompt': conjecture_prompt(p['header'], lemma_statement, seed['code'], tokenizer, style)}
+            'formal_statement': p['formal_statement'], 'seed': p['name'], 'lemma': lemma,
+            'lemma_statement': lemma_statement,
+            'seed_code': seed['code'],
+            'turn_prompt': conjecture_prompt(p['header'], lemma_statement, seed['code'], tokenizer, style)}
 
 # %% ../nbs/00b_conjecture.ipynb #128c4074
 _MARKS = (LEMMA_MARK, EASY_MARK, HARD_MARK, HARD_END, '```')
@@ -177,8 +193,10 @@ def rename_theorem(statement:str, name:str) -> str:
     return 'theorem ' + name + ' ' + statement.removeprefix('theorem').lstrip()
 
 def conjecture_name(statement:str, round_idx:int) -> str:
-    "`conj_rNN_` + 10 hex digits of the statement key: the same statement gets the same name, whatever the model called it."
-    return f'conj_r{round_idx:02d}_' + hashlib.sha256(statement_key(rename_theorem(statement, 'x')).encode()).hexdigest()[:10]
+    ("`conj_rNN_` + 10 hex digits of the statement key: the same statement gets the same name, whatever the model "
+     "called it.")
+    return f'conj_r{round_idx:02d}_' + hashlib.sha256(statement_key(rename_theorem(statement,
+                                                                                   'x')).encode()).hexdigest()[:10]
 
 # %% ../nbs/00b_conjecture.ipynb #2c3b47ae
 STATUSES = ('accepted', 'unparsed', 'rule', 'seed', 'pool', 'protected', 'duplicate', 'not_elaborated', 'too_easy')
@@ -186,12 +204,12 @@ STATUSES = ('accepted', 'unparsed', 'rule', 'seed', 'pool', 'protected', 'duplic
 def conjecture_problem(statement:str, pp:dict, round_idx:int) -> dict:
     "The problem record of a parsed conjecture of prompt `pp`: renamed, with its provenance (seed, lemma, round)."
     name = conjecture_name(statement, round_idx)
-    return {'name': name, 'split': 'conjecture', 'header': pp['header'], 'formal_statement': rename_theorem(statement, name),
+    return {'name': name, 'split': 'conjecture', 'header': pp['header'],
+            'formal_statement': rename_theorem(statement, name),
             'source': 'conjecture', 'seed': pp['seed'], 'lemma': pp['lemma'], 'round': round_idx}
 
 def precheck_statement(problem:dict, policy=None) -> str|None:
     "The verifier's pre-check on the statement alone (a neutral `skip` for a proof): None, or the rule it breaks."
-    from ei_nb.policy import precheck
     try: check_record(problem, 'problem')
     except BadInput as e: return f'record: {e}'
     return precheck(problem['formal_statement'] + '\n  skip\n', problem, policy)
@@ -205,7 +223,8 @@ def check_candidates(gens:list[dict], # generation samples (`name` = prompt name
     for g in gens:
         pp = prompts[g['name']]
         c = {'prompt': g['name'], 'sample_idx': g['sample_idx'], 'seed': pp['seed'], 'lemma': pp['lemma'],
-             'statement': (stmt := parse_conjecture(g['completion'], g['capped'])), 'name': None, 'status': 'accepted', 'reason': None}
+             'statement': (stmt := parse_conjecture(g['completion'], g['capped'])), 'name': None, 'status': 'accepted',
+             'reason': None}
         if stmt is None: out.append({**c, 'status': 'unparsed'}); continue
         prob = conjecture_problem(stmt, pp, round_idx)
         key, c['name'] = statement_key(prob['formal_statement']), prob['name']
@@ -220,7 +239,8 @@ def check_candidates(gens:list[dict], # generation samples (`name` = prompt name
 
 # %% ../nbs/00b_conjecture.ipynb #d6ea50e9
 EASY_TACTICS = 'first | (norm_num; done) | (simp; done) | decide'
-EASY_HEARTBEATS = 20000   # Lean's own deterministic budget for the bundle: it stops there with an error, no process is killed
+EASY_HEARTBEATS = 20000  # Lean's own deterministic budget for the bundle: it stops there with an error, no process is
+                         # killed
 
 def _lean_errors(reply) -> str|None:
     "The first error of a Lean reply (or why the reply is no answer), None when it has none."
@@ -235,25 +255,28 @@ def elaborate(problem:dict, # a conjecture problem record
               easy_timeout:float=10, # seconds the cheap tactics get
              ) -> tuple[str, str|None]:
     "(`accepted` | `not_elaborated` | `too_easy`, detail) of one conjecture."
-    from ei_nb.lean_reply import HeaderStall, LeanError
     stmt = problem['formal_statement'].rstrip()
     try:
-        try: err = _lean_errors(backend.run(problem['header'], re.sub(r':=\s*by$', ':= by sorry', stmt) + '\n', timeout))
+        try: err = _lean_errors(backend.run(problem['header'], re.sub(r':=\s*by$', ':= by sorry', stmt) + '\n',
+                                            timeout))
         except LeanError as e:
             if isinstance(e, HeaderStall): raise
             err = f'lean: {str(e)[:200]}'
         if err: return 'not_elaborated', err
-        try: reply = backend.run(problem['header'], f'set_option maxHeartbeats {EASY_HEARTBEATS} in\n{stmt}\n  {EASY_TACTICS}\n', easy_timeout)
+        try: reply = backend.run(problem['header'],
+                                 f'set_option maxHeartbeats {EASY_HEARTBEATS} in\n{stmt}\n  {EASY_TACTICS}\n',
+                                 easy_timeout)
         except LeanError as e:
             if isinstance(e, HeaderStall): raise
             return 'accepted', None                                # not closed within the deadline: not too easy
-    except HeaderStall as e: raise StageFailed(f'verifier: {e}') from None   # Lean itself is broken: no verdict on the conjecture
-    sorry = any('sorry' in str(m.get('data', '')) for m in reply.get('messages', []) if isinstance(m, dict)) or reply.get('sorries')
+    except HeaderStall as e: raise StageFailed(f'verifier: {e}') from None  # Lean itself is broken: no verdict on the
+                                                                            # conjecture
+    sorry = any('sorry' in str(m.get('data', '')) for m in reply.get('messages',
+                                                                     []) if isinstance(m, dict)) or reply.get('sorries')
     return ('too_easy', EASY_TACTICS) if _lean_errors(reply) is None and not sorry else ('accepted', None)
 
 def lemma_statements(names:list[str], header:str, backend, timeout:float=60) -> dict[str, str]:
     "Name -> statement (`theorem NAME args : type`, as Lean's `#check` prints it) of the names Lean knows."
-    from ei_nb.lean_reply import HeaderStall, LeanError
     if not names: return {}
     sent = ''.join(f'#check {n}\n' for n in names)
     try: reply = backend.run(header, sent, timeout)
@@ -272,24 +295,26 @@ def lemma_statements(names:list[str], header:str, backend, timeout:float=60) -> 
 # %% ../nbs/00b_conjecture.ipynb #1961db50
 def proof_length(code:str, statement:str) -> int:
     "Characters of the proof after the statement (whitespace-normalised, header and comments excluded)."
-    from ei_nb.policy import split_code
     body, stmt = normalize_ws(code_only(split_code(code)[1])), normalize_ws(code_only(statement))
     i = body.find(stmt)
     return len(body) - (i + len(stmt)) if i >= 0 else len(body)
 
-def select_conjectures(cproblems:list[dict], samples:list[dict], verdicts:list[dict], # the conjectures and their proving records
+def select_conjectures(cproblems:list[dict], samples:list[dict], verdicts:list[dict],  # the conjectures and their
+                                                                                       # proving records
                        conj_hi:float=0.25, # kept pass rates are in (0, conj_hi): strictly below, as STP
                        quantile:float=0.2, # per lemma, the least elegant fraction dropped
                       ) -> tuple[list[dict], dict[str, str]]:
     "(kept conjecture records with `pass_rate`/`elegance`, status of every conjecture by name)."
-    if not 0 < conj_hi <= 1 or not 0 <= quantile < 1: raise BadInput(f'conj_hi must be in (0, 1] and elegance_quantile in [0, 1), got {conj_hi}, {quantile}')
+    if not 0 < conj_hi <= 1 or not 0 <= quantile < 1: raise BadInput(f'conj_hi must be in (0, 1] and elegance_quantile '
+                                                                     f'in [0, 1), got {conj_hi}, {quantile}')
     passes, tried = join_passes(samples, verdicts)[0], Counter(s['name'] for s in samples)
     status, ratio = {}, {}
     for cp in cproblems:
         ps, n = passes.get(cp['name'], []), tried[cp['name']]
         if not ps: status[cp['name']] = 'unproved'
         elif len(ps) / n >= conj_hi: status[cp['name']] = 'easy'
-        elif not any(uses_lemma(v['proof'], cp['lemma'], cp['header']) for _, v in ps): status[cp['name']] = 'lemma_unused'
+        elif not any(uses_lemma(v['proof'], cp['lemma'],
+                                cp['header']) for _, v in ps): status[cp['name']] = 'lemma_unused'
         else:
             ratio[cp['name']] = min(proof_length(v['proof'], cp['formal_statement']) for _, v in ps) / max(1, len(normalize_ws(cp['formal_statement'])))
             status[cp['name']] = 'kept'
@@ -316,7 +341,8 @@ def conjecture_rows(kept:list[dict], # kept conjectures (`select_conjectures`), 
         completion = k['statement'].removeprefix('theorem') + '\n' + HARD_END
         n_prompt, n_comp = (len(ids) for ids in encode(tok, [prompt, completion]))
         if n_prompt + n_comp + 1 > max_tokens: continue
-        generated = {'sample_idx': k['sample_idx'], 'capped': False, 'n_tokens': n_comp}   # the row ends with the end-of-turn token
+        generated = {'sample_idx': k['sample_idx'], 'capped': False, 'n_tokens': n_comp}  # the row ends with the
+                                                                                          # end-of-turn token
         rows.append(sft_row(k['name'], generated, round_idx, prompt, completion, n_prompt, n_prompt + n_comp + 1,
                             kind='conjecture', formal_statement=k['formal_statement'],
                             conjecture={'seed': k['seed'], 'lemma': k['lemma'], 'prompt': k['prompt']}))
@@ -324,14 +350,16 @@ def conjecture_rows(kept:list[dict], # kept conjectures (`select_conjectures`), 
 
 PROVER_HI = 0.5   # STP trains the prover on the proofs of statements proved at most half the time
 
-def conjecture_proof_rows(cproblems:list[dict], samples:list[dict], verdicts:list[dict], # the conjectures and their proving records
+def conjecture_proof_rows(cproblems:list[dict], samples:list[dict], verdicts:list[dict],  # the conjectures and their
+                                                                                          # proving records
                           tokenizer, round_idx:int, max_per_problem:int=4, max_tokens:int=SFT_MAX_TOKENS,
                           protected=(), style:str='chat', hi:float=PROVER_HI) -> list[dict]:
     "Prover rows (`kind='conjecture_proof'`) of every conjecture proved at a rate in (0, hi], by 02's keep rules."
     passes, tried = join_passes(samples, verdicts)
     chosen = [cp for cp in cproblems if 0 < len(passes.get(cp['name'], ())) <= hi * tried[cp['name']]]
     names, stmt = {cp['name'] for cp in chosen}, {cp['name']: cp['formal_statement'] for cp in chosen}
-    rows, _ = build_sft_rows(chosen, [x for x in samples if x['name'] in names], [v for v in verdicts if v['name'] in names],
+    rows, _ = build_sft_rows(chosen, [x for x in samples if x['name'] in names],
+                             [v for v in verdicts if v['name'] in names],
                              tokenizer, round_idx, max_per_problem, 'shortest', max_tokens, protected, style)
     return [r | {'kind': 'conjecture_proof', 'formal_statement': stmt[r['name']]} for r in rows]
 
@@ -341,10 +369,12 @@ def add_conjecture_rows(rows:list[dict], # the round's ordinary SFT rows
                         seed:int=0, # seeds the uniform draw of the rows over a cap
                         max_proof_frac:float=0.25, # conjecture proofs at most this fraction of all rows
                        ) -> tuple[list[dict], dict]:
-    "The rows with the conjecture proofs, then the conjecturer rows appended, each kind drawn uniformly up to its fraction of the total, and counts."
+    ("The rows with the conjecture proofs, then the conjecturer rows appended, each kind drawn uniformly up to its "
+     "fraction of the total, and counts.")
     proofs = [r for r in conjecture_rows if r.get('kind') == 'conjecture_proof']
     rows, n_proofs = add_capped_rows(rows, proofs, max_proof_frac, 'conjecture_proof', seed)
-    rows, n_conj = add_capped_rows(rows, [r for r in conjecture_rows if r.get('kind') != 'conjecture_proof'], max_frac, 'conjecture', seed)
+    rows, n_conj = add_capped_rows(rows, [r for r in conjecture_rows if r.get('kind') != 'conjecture_proof'], max_frac,
+                                   'conjecture', seed)
     return rows, n_conj | n_proofs
 
 # %% ../nbs/00b_conjecture.ipynb #28bb0def
@@ -356,14 +386,15 @@ def _known_keys(problems:list[dict], extra_paths) -> set:
     return keys
 
 def _earlier_checks(path, checked_by:str) -> dict:
-    "(header, formal_statement) -> (status, reason) of the Lean checks in an earlier `conjecture_candidates.jsonl` made the same way."
+    ("(header, formal_statement) -> (status, reason) of the Lean checks in an earlier `conjecture_candidates.jsonl` "
+     "made the same way.")
     if not Path(path).exists(): return {}
     return {(c['problem']['header'], c['problem']['formal_statement']): (c['status'], c['reason'])
             for _, c in iter_jsonl(path) if c.get('problem') and c.get('checked_by') == checked_by}
 
 def _lean_checks(cands:list[dict], ver, easy_timeout:float, earlier_path) -> None:
-    "Elaborate the accepted candidates in place with the open verifier's Lean back-end, reusing an earlier run's answers."
-    from ei_nb.core import sha256_json
+    ("Elaborate the accepted candidates in place with the open verifier's Lean back-end, reusing an earlier run's "
+     "answers.")
     checked_by = sha256_json({'lean': ver.identity, 'timeout': ver.timeout, 'easy_timeout': easy_timeout,
                               'bundle': EASY_TACTICS, 'heartbeats': EASY_HEARTBEATS})[:16]
     earlier, todo = _earlier_checks(earlier_path, checked_by), [c for c in cands if c['status'] == 'accepted']
@@ -373,7 +404,8 @@ def _lean_checks(cands:list[dict], ver, easy_timeout:float, earlier_path) -> Non
     with ThreadPoolExecutor(max(1, ver.workers)) as ex:
         for c, (st, why) in zip(todo, ex.map(one, todo)): c |= {'status': st, 'reason': why, 'checked_by': checked_by}
 
-def _prompts(problems, verdicts, n_prompts, lemma_frac, seed, round_idx, tok, style, protected, backend, timeout, min_rate):
+def _prompts(problems, verdicts, n_prompts, lemma_frac, seed, round_idx, tok, style, protected, backend, timeout,
+             min_rate):
     "The prompt problems of the round, and the seeds they came from."
     seeds = seed_proofs(problems, verdicts, protected, min_rate)
     statements = {}
@@ -386,36 +418,39 @@ def _prompts(problems, verdicts, n_prompts, lemma_frac, seed, round_idx, tok, st
     stmt = lambda s, l: statements.get(s['problem']['header'], {}).get(l, f'theorem {l}')
     return [prompt_problem(s, l, stmt(s, l), i, round_idx, tok, style) for i, (s, l) in enumerate(pairs)], seeds
 
-def _generate(problems:list[dict], verdicts:list[dict], R:RoundLayout, model_dir, tok, ver, job:dict,
-              params:'SampleParams', # how conjectures are sampled (n = conj_per_prompt, the conjecture cap)
-              round_idx:int, choose:dict, # n_prompts, lemma_frac, seed, seed_min_rate: how prompts are chosen
-              known:set, protected, easy_timeout:float) -> tuple[list, list, dict, list, list]:
-    "Prompts from the seed proofs, conjectures sampled from them, each checked as a statement (by Lean too when `ver` has it); all written to `R`."
-    from ei_nb.sample_job import sample_and_verify
+def _generate(problems:list[dict], verdicts:list[dict], R:RoundLayout, model_dir, tok, ver, setup:SamplerSetup,
+              params:SampleParams, # how conjectures are sampled (n = conj_per_prompt, the conjecture cap)
+              round_idx:int, rules:ConjectureRules, known:set, protected, log) -> tuple[list, list, dict, list, list]:
+    ("Prompts from the seed proofs, conjectures sampled from them, each checked as a statement (by Lean too when `ver` "
+     "has it).")
     backend = getattr(ver, 'backend', None)
-    prompts, seeds = _prompts(problems, verdicts, choose['n_prompts'], choose['lemma_frac'], choose['seed'], round_idx, tok,
-                              job['prompt_style'], protected, backend, getattr(ver, 'timeout', 60), choose['seed_min_rate'])
+    prompts, seeds = _prompts(problems, verdicts, rules.n_prompts, rules.lemma_frac, params.seed, round_idx, tok,
+                              setup.prompt_style, protected, backend, getattr(ver, 'timeout', 60), rules.seed_min_rate)
     write_records(R.conjecture_prompts, prompts, 'problem')
-    gen = sample_and_verify(prompts, model_dir, R.conjecture_generations, None, params, round_idx, verifier=None,
-                            settings={'model': str(Path(model_dir).resolve()), 'stage': 'conjecture'}, **job)
+    gen = setup.run(prompts, model_dir, R.conjecture_generations, None, params, round_idx, None,
+                    settings={'model': str(Path(model_dir).resolve()), 'stage': 'conjecture'}, log=log)
     gens = read_samples(R.conjecture_generations, required=False)
     cands = check_candidates(gens, {p['name']: p for p in prompts}, known, protected, round_idx)
-    if backend is not None: _lean_checks(cands, ver, easy_timeout, R.conjecture_candidates)
+    if backend is not None: _lean_checks(cands, ver, rules.easy_timeout, R.conjecture_candidates)
     write_records(R.conjecture_candidates, cands)
     return prompts, seeds, gen, gens, cands
 
-def _prove(cands:list[dict], R:RoundLayout, model_dir, verifier, job:dict, params:'SampleParams', round_idx:int) -> tuple[list, dict, list, list]:
+def _prove(cands:list[dict], R:RoundLayout, model_dir, verifier, setup:SamplerSetup, params:SampleParams, round_idx:int,
+           log) -> tuple[list, dict, list, list]:
     "The accepted conjectures as problems, proved `params.n` times each and verified; all written to `R`."
-    from ei_nb.sample_job import sample_and_verify
     cproblems = [c['problem'] for c in cands if c['status'] == 'accepted']
     write_records(R.conjecture_problems, cproblems, 'problem')
-    proof = sample_and_verify(cproblems, model_dir, R.conjecture_samples, R.conjecture_verdicts, params, round_idx, verifier=verifier,
-                              settings={'model': str(Path(model_dir).resolve())}, **job)
-    return cproblems, proof, read_samples(R.conjecture_samples, required=False), read_verdicts(R.conjecture_verdicts, required=False)
+    proof = setup.run(cproblems, model_dir, R.conjecture_samples, R.conjecture_verdicts, params, round_idx, verifier,
+                      settings={'model': str(Path(model_dir).resolve())}, log=log)
+    return cproblems, proof, read_samples(R.conjecture_samples,
+                                          required=False), read_verdicts(R.conjecture_verdicts, required=False)
 
-def _keep(cands:list[dict], cproblems:list[dict], samples:list[dict], verdicts:list[dict], prompts:list[dict], R:RoundLayout,
-          tok, round_idx:int, conj_hi:float, elegance_quantile:float, max_tokens:int, prover:dict) -> tuple[list, list, dict, list]:
-    "The kept conjectures (written as problems to `R.conjectures`), their conjecturer rows, every conjecture's status, and the prover rows of their proofs."
+def _keep(cands:list[dict], cproblems:list[dict], samples:list[dict], verdicts:list[dict], prompts:list[dict],
+          R:RoundLayout,
+          tok, round_idx:int, conj_hi:float, elegance_quantile:float, max_tokens:int,
+          prover:dict) -> tuple[list, list, dict, list]:
+    ("The kept conjectures (written as problems to `R.conjectures`), their conjecturer rows, every conjecture's "
+     "status, and the prover rows of their proofs.")
     kept, status = select_conjectures(cproblems, samples, verdicts, conj_hi, elegance_quantile)
     origin, extra = {c['name']: c for c in cands if c['status'] == 'accepted'}, ('prompt', 'sample_idx', 'statement')
     kept = [k | {key: origin[k['name']][key] for key in extra} for k in kept]
@@ -425,60 +460,82 @@ def _keep(cands:list[dict], cproblems:list[dict], samples:list[dict], verdicts:l
     write_records(R.conjecture_rows, rows + proofs)
     return kept, rows, status, proofs
 
-def _counts(seeds, prompts, gen:dict, gens, cands, cproblems, proof:dict, samples, verdicts, kept, rows, status:dict, lean:bool, proofs=()) -> dict:
+def _counts(seeds, prompts, gen:dict, gens, cands, cproblems, proof:dict, samples, verdicts, kept, rows, status:dict,
+            lean:bool, proofs=()) -> dict:
     "What the stage did, counted: the numbers of its `stage.json`."
     checks = Counter(c['status'] for c in cands)
-    return {'seeds': len(seeds), 'prompts': len(prompts), 'prompts_too_long': gen.get('n_dropped', 0), 'lemmas': len({p['lemma'] for p in prompts}),
+    return {'seeds': len(seeds), 'prompts': len(prompts), 'prompts_too_long': gen.get('n_dropped', 0),
+            'lemmas': len({p['lemma'] for p in prompts}),
             'generated': len(gens), 'parsed': sum(c['statement'] is not None for c in cands),
             'elaborated': (checks['accepted'] + checks['too_easy']) if lean else None,
             'to_prove': len(cproblems), 'proved': sum(1 for s in status.values() if s != 'unproved'), 'kept': len(kept),
             'rows': len(rows), 'proof_rows': len(proofs), 'proof_row_problems': len({r['name'] for r in proofs}),
             'candidates': dict(checks), 'selection': dict(Counter(status.values())),
             'verdict_counts': dict(Counter(v['verdict'] for v in verdicts)),
-            'tokens': sum(s['n_tokens'] for s in gens) + sum(s['n_tokens'] for s in samples), 'proof_samples': len(samples), 'lean': lean,
+            'tokens': sum(s['n_tokens'] for s in gens) + sum(s['n_tokens'] for s in samples),
+            'proof_samples': len(samples), 'lean': lean,
             'timings': {'conjecturing': gen['timings'], 'proving': proof['timings']},
             'n_generated': gen.get('n_generated', 0) + proof.get('n_generated', 0)}
 
+@dataclass(frozen=True)
+class ConjectureRules:
+    "How prompts are chosen and conjectures kept (the notebook's `conjecture` parameter)."
+    n_prompts:int # conjecturer prompts, (seed, lemma) pairs
+    conj_per_prompt:int # conjectures sampled per prompt
+    conj_hi:float # kept conjectures have pass rate in (0, conj_hi)
+    lemma_frac:float # each lemma in at most this fraction of the prompts
+    elegance_quantile:float # per lemma, the least elegant fraction of the kept conjectures dropped
+    conj_max_new_tokens:int # the cap for a conjecture
+    easy_timeout:float # seconds the cheap tactics get on a conjecture
+    seed_min_rate:float # only problems solved more often than this seed
+    max_tokens:int # conjecturer rows longer than this are dropped
+    proof_hi:float=PROVER_HI # prover rows: conjectures proved at a rate in (0, proof_hi] ...
+    max_proofs:int=4 # ... with this many distinct proofs each
+
+    @classmethod
+    def from_dict(cls, d:dict, where:str='conjecture') -> 'ConjectureRules':
+        "The rules of a dict; an unknown key is a `BadInput` naming it."
+        return dataclass_from(cls, d, where)
+
 def run_conjecture(problems_path, verdicts_path, # the pool and the latest verdicts of its problems (the seeds)
-                   model_dir, out_dir, round_idx:int=1,
+                   model_dir, out_dir, round_idx:int,
+                   sampling:SampleParams,  # the proofs: n per conjecture, their cap; temperature, top_p, seed for both
+                                           # jobs
+                   verify:VerifierSettings|None, # the verifier (backend none: no Lean, proofs `unchecked`)
+                   sampler:SamplerSetup, # the sampler and its options, the prompt style, the chunking
+                   rules:ConjectureRules, # how prompts are chosen and conjectures kept
                    extra_problems_paths=(), # earlier rounds' conjectures.jsonl: never conjectured again
-                   n_prompts:int=256, conj_per_prompt:int=1, n:int=8, conj_hi:float=0.25, lemma_frac:float=0.1,
-                   elegance_quantile:float=0.2, conj_max_new_tokens:int=512, max_new_tokens:int=16384,
-                   temperature:float=1.0, top_p:float=0.95, seed:int=0,
-                   sampler:str='transformers', sampler_options:dict|None=None, verifier=None, # `VerifierSettings` (None: no Lean, proofs `unchecked`)
-                   prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5, max_tokens:int=SFT_MAX_TOKENS,
-                   easy_timeout:float=10, seed_min_rate:float=0.0, protected=(), log=print, progress:bool|None=None,
-                   proof_hi:float=PROVER_HI, max_proofs:int=4, # prover rows: conjectures proved at a rate in (0, proof_hi], distinct proofs each
-                  ) -> dict:
+                   protected=(), log=print) -> dict:
     "Conjecture, check, prove and keep into the round folder `out_dir`; the counts (the stage's `stage.json` numbers)."
-    from ei_nb.samplers import SampleParams, open_verifier
-    from ei_nb.remote_samplers import open_sampler
-    from ei_nb.verify import VerifierSettings
-    R, tok, verifier = RoundLayout.in_folder(out_dir), load_tokenizer(model_dir), verifier or VerifierSettings()
-    job = dict(sampler=sampler, sampler_options=sampler_options, prompt_style=prompt_style, chunk_problems=chunk_problems,
-               max_prompt_frac=max_prompt_frac, log=log, progress=progress)
+    R, tok, verifier = RoundLayout.in_folder(out_dir), load_tokenizer(model_dir), verify or VerifierSettings()
+    conj = dataclasses.replace(sampling, n=rules.conj_per_prompt, max_new_tokens=rules.conj_max_new_tokens)
     problems = read_problems(problems_path)
-    pool_verdicts = read_verdicts(verdicts_path, required=False) if verdicts_path else []     # no verdicts yet: nothing seeds
-    with open_sampler(sampler, model_dir, sampler_options, log) as smp:    # one sampler (one managed server) for both jobs
-        job |= dict(sampler=smp, sampler_options=None)
+    pool_verdicts = read_verdicts(verdicts_path, required=False) if verdicts_path else []  # no verdicts yet: nothing
+                                                                                           # seeds
+    with open_sampler(sampler.sampler, model_dir, sampler.options, log) as smp:  # one sampler (one managed server) for
+                                                                                 # both jobs
+        setup = dataclasses.replace(sampler, sampler=smp, options=None)
         with open_verifier(verifier) as ver:
             lean = getattr(ver, 'backend', None) is not None
-            prompts, seeds, gen, gens, cands = _generate(
-                problems, pool_verdicts, R, model_dir, tok, ver, job, SampleParams(conj_per_prompt, temperature, top_p, conj_max_new_tokens, seed),
-                round_idx, dict(n_prompts=n_prompts, lemma_frac=lemma_frac, seed=seed, seed_min_rate=seed_min_rate),
-                _known_keys(problems, extra_problems_paths), protected, easy_timeout)
-        cproblems, proof, samples, verdicts = _prove(cands, R, model_dir, verifier, job, SampleParams(n, temperature, top_p, max_new_tokens, seed), round_idx)
-    kept, rows, status, proofs = _keep(cands, cproblems, samples, verdicts, prompts, R, tok, round_idx, conj_hi, elegance_quantile, max_tokens,
-                                       dict(max_per_problem=max_proofs, protected=protected, style=prompt_style, hi=proof_hi))
-    return _counts(seeds, prompts, gen, gens, cands, cproblems, proof, samples, verdicts, kept, rows, status, lean, proofs) | {
-        'n_prompts': n_prompts, 'conj_per_prompt': conj_per_prompt, 'n': n, 'conj_hi': conj_hi, 'keep_rule': '0 < p < conj_hi',
-        'proof_rule': f'0 < p <= {proof_hi}', 'lemma_frac': lemma_frac, 'elegance_quantile': elegance_quantile, 'seed_min_rate': seed_min_rate,
+            prompts, seeds, gen, gens, cands = _generate(problems, pool_verdicts, R, model_dir, tok, ver, setup, conj,
+                                                         round_idx, rules,
+                                                         _known_keys(problems, extra_problems_paths), protected, log)
+        cproblems, proof, samples, verdicts = _prove(cands, R, model_dir, verifier, setup, sampling, round_idx, log)
+    kept, rows, status, proofs = _keep(cands, cproblems, samples, verdicts, prompts, R, tok, round_idx, rules.conj_hi,
+                                       rules.elegance_quantile, rules.max_tokens,
+                                       dict(max_per_problem=rules.max_proofs, protected=protected,
+                                            style=sampler.prompt_style, hi=rules.proof_hi))
+    return _counts(seeds, prompts, gen, gens, cands, cproblems, proof, samples, verdicts, kept, rows, status, lean,
+                   proofs) | {
+        **{k: getattr(rules, k) for k in ('n_prompts', 'conj_per_prompt', 'conj_hi', 'lemma_frac', 'elegance_quantile',
+                                          'seed_min_rate')},
+        'n': sampling.n, 'keep_rule': '0 < p < conj_hi', 'proof_rule': f'0 < p <= {rules.proof_hi}',
         'sampling': proof.get('sampling'), 'server': proof.get('server')}
 
 HEADLINE = ('generated', 'parsed', 'elaborated', 'proved', 'kept')
 
 def conjecture_counts(stage_json) -> dict|None:
-    "The headline counts of a round's conjecture stage (`generated`, `parsed`, `elaborated`, `proved`, `kept`, `rows`) from its `stage.json`; None when it did not run."
-    from ei_nb.layout import stage_numbers
+    ("The headline counts of a round's conjecture stage (`generated`, `parsed`, `elaborated`, `proved`, `kept`, "
+     "`rows`) from its `stage.json`; None when it did not run.")
     numbers = stage_numbers(stage_json)
     return None if numbers is None else {k: numbers.get(k) for k in HEADLINE + ('rows',)}

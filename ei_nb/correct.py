@@ -5,6 +5,7 @@
 # %% ../nbs/01c_correct.ipynb #5844219d
 from __future__ import annotations
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from .core import SFT_MAX_TOKENS, BadInput, read_problems, read_samples, read_verdicts, write_records
 from .layout import RoundLayout
@@ -12,10 +13,13 @@ from .prompts import correction_messages, error_feedback, render_prompt, stateme
 from .dpo import LEAN_ERROR, is_lean_failure
 from .rows import join_passes, load_tokenizer
 from .sft import add_capped_rows, is_protected, measure_passes, protected_index, select_proofs, sft_row
+from .samplers import SampleParams, dataclass_from
+from .sample_job import SamplerSetup
+from .verify import VerifierSettings
 
 # %% auto #0
 __all__ = ['LEAN_SORRY', 'PREFIXES', 'is_fixable', 'correction_candidates', 'correction_prompt', 'correction_problem',
-           'correction_rows', 'add_corrections', 'run_correct']
+           'correction_rows', 'add_corrections', 'CorrectionRules', 'run_correct']
 
 # %% ../nbs/01c_correct.ipynb #1d35c7da
 LEAN_SORRY = 'lean sorry: '   # an incomplete proof: Lean accepted it with a `sorry` (Goedel corrects these too)
@@ -24,18 +28,23 @@ PREFIXES = (LEAN_ERROR, LEAN_SORRY)
 def is_fixable(verdict:dict, # a verdict record
                prefixes=PREFIXES, # reasons that qualify (the demo adds its verifier's own)
               ) -> bool:
-    "Whether a failed sample is worth a correction turn: a DPO loser's rule (`is_lean_failure`), and never a pre-check rejection."
+    ("Whether a failed sample is worth a correction turn: a DPO loser's rule (`is_lean_failure`), and never a "
+     "pre-check rejection.")
     return is_lean_failure(verdict, tuple(prefixes)) and not any('rule' in m for m in verdict.get('messages') or [])
 
 def correction_candidates(problems:list[dict], samples:list[dict], verdicts:list[dict],
                           max_per_problem:int=0, # failures tried per problem at most (0: all, as Goedel)
                           prefixes=PREFIXES) -> list[tuple[dict, dict, dict]]:
-    "(problem, sample, verdict) of the failures to correct: the problems (file order) with no pass, their fixable failures in `sample_idx` order."
+    ("(problem, sample, verdict) of the failures to correct: the problems (file order) with no pass, their fixable "
+     "failures in `sample_idx` order.")
     if max_per_problem < 0: raise BadInput(f'max_per_problem must be >= 0 (0: no cap), got {max_per_problem}')
-    by_key, solved = {(s['name'], s['sample_idx']): s for s in samples}, {v['name'] for v in verdicts if v['verdict'] == 'pass'}
+    by_key, solved = {(s['name'],
+                       s['sample_idx']): s for s in samples}, {v['name'] for v in verdicts if v['verdict'] == 'pass'}
     failed = {}
     for v in verdicts:
-        if v['name'] not in solved and is_fixable(v, prefixes) and (s := by_key.get((v['name'], v['sample_idx']))) and v.get('proof'):
+        if v['name'] not in solved and is_fixable(v,
+                                                  prefixes) and (s := by_key.get((v['name'],
+                                                                                  v['sample_idx']))) and v.get('proof'):
             failed.setdefault(v['name'], []).append((s, v))
     out = []
     for p in problems:
@@ -46,7 +55,8 @@ def correction_candidates(problems:list[dict], samples:list[dict], verdicts:list
 # %% ../nbs/01c_correct.ipynb #c7c2502a
 def correction_prompt(problem:dict, sample:dict, verdict:dict, tokenizer=None, style:str='chat') -> str:
     "The text a model continues to correct `sample` (failed with `verdict`) of `problem`."
-    msgs = verdict.get('messages')   # Lean's (errors whole, see verifier/lean_reply); an incomplete proof has none: Goedel's empty section
+    msgs = verdict.get('messages')  # Lean's (errors whole, see verifier/lean_reply); an incomplete proof has none:
+                                    # Goedel's empty section
     if msgs is None and not (verdict.get('reason') or '').startswith(LEAN_SORRY): msgs = [{'severity': 'error', 'text': verdict['reason']}]
     feedback = error_feedback(verdict.get('proof') or '', msgs or [], omitted=verdict.get('messages_omitted', 0))
     if style == 'completion':
@@ -65,7 +75,8 @@ def correction_problem(problem:dict, sample:dict, verdict:dict, tokenizer=None, 
                          'reason': verdict.get('reason')}}
 
 # %% ../nbs/01c_correct.ipynb #ba475420
-def correction_rows(cproblems:list[dict], samples:list[dict], verdicts:list[dict], # the correction problems and their records
+def correction_rows(cproblems:list[dict], samples:list[dict], verdicts:list[dict],  # the correction problems and their
+                                                                                    # records
                     tokenizer, round_idx:int,
                     max_per_failure:int=1, # verified corrections kept per failure
                     max_tokens:int=SFT_MAX_TOKENS, # rows longer than this are dropped
@@ -81,8 +92,8 @@ def correction_rows(cproblems:list[dict], samples:list[dict], verdicts:list[dict
         for i, status in select_proofs(ps, lengths, max_per_failure, 'shortest', max_tokens):
             st[status] += 1
             if status == 'kept':
-                rows.append(sft_row(cp['corrects']['name'], by_idx[i], round_idx, prompt, comps[i], n_prompt, lengths[i],
-                                    kind='correction', corrects=cp['corrects']))
+                rows.append(sft_row(cp['corrects']['name'], by_idx[i], round_idx, prompt, comps[i], n_prompt,
+                                    lengths[i], kind='correction', corrects=cp['corrects']))
     return rows, st
 
 # %% ../nbs/01c_correct.ipynb #072959bf
@@ -95,34 +106,49 @@ def add_corrections(rows:list[dict], # the round's ordinary SFT rows
     return add_capped_rows(rows, corrections, max_frac, 'correction', seed)
 
 # %% ../nbs/01c_correct.ipynb #1ba78e89
+@dataclass(frozen=True)
+class CorrectionRules:
+    "Which failures are corrected and which corrections are kept (the notebook's `correction` parameter)."
+    max_per_problem:int # failures tried per problem, the shortest first (0: all)
+    max_per_failure:int # verified corrections kept per failure
+    prefixes:tuple # verdict reasons that qualify a failure
+    max_tokens:int # correction rows longer than this are dropped
+
+    @classmethod
+    def from_dict(cls, d:dict, where:str='correction') -> 'CorrectionRules':
+        "The rules of a dict; an unknown key is a `BadInput` naming it."
+        return dataclass_from(cls, {**d, 'prefixes': tuple(d['prefixes'])} if 'prefixes' in d else d, where)
+
 def run_correct(problems_path, samples_path, verdicts_path, # the round's problems and its 01 records
-                model_dir, out_dir, round_idx:int=1,
-                n:int=2, max_per_problem:int=0, max_per_failure:int=1, prefixes=PREFIXES,
-                max_new_tokens:int=16384, temperature:float=1.0, top_p:float=0.95, seed:int=0,
-                sampler:str='transformers', sampler_options:dict|None=None, verifier=None, # `VerifierSettings` (None: no verifier)
-                prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.75, max_tokens:int=SFT_MAX_TOKENS,
-                protected=(), log=print, progress:bool|None=None) -> dict:
+                model_dir, out_dir, round_idx:int,
+                sampling:SampleParams, # n corrections per failure, their cap, temperature, top_p, seed
+                verify:VerifierSettings|None, # the verifier (None: corrections stay unchecked)
+                sampler:SamplerSetup, # the sampler and its options, the prompt style, the chunking
+                rules:CorrectionRules, # which failures, which corrections
+                protected=(), # protected problems (never trained on)
+                log=print) -> dict:
     "Correct the round's Lean failures into the round folder `out_dir`; the counts (the stage's `stage.json` numbers)."
-    from ei_nb.samplers import SampleParams
-    from ei_nb.sample_job import sample_and_verify
-    R, tok = RoundLayout.in_folder(out_dir), load_tokenizer(model_dir)
+    R, tok, style = RoundLayout.in_folder(out_dir), load_tokenizer(model_dir), sampler.prompt_style
     problems = read_problems(problems_path)
-    chosen = correction_candidates(problems, read_samples(samples_path), read_verdicts(verdicts_path), max_per_problem, tuple(prefixes))
-    cproblems = [correction_problem(p, s, v, tok, prompt_style) for p, s, v in chosen]
+    chosen = correction_candidates(problems, read_samples(samples_path), read_verdicts(verdicts_path),
+                                   rules.max_per_problem, rules.prefixes)
+    cproblems = [correction_problem(p, s, v, tok, style) for p, s, v in chosen]
     write_records(R.correction_problems, cproblems, 'problem')
-    params = SampleParams(n, temperature, top_p, max_new_tokens, seed)
-    stats = sample_and_verify(cproblems, model_dir, R.correction_samples, R.correction_verdicts, params,
-                              round_idx, sampler, sampler_options, verifier, prompt_style, chunk_problems, max_prompt_frac,
-                              settings={'model': str(Path(model_dir).resolve()), 'prefixes': list(prefixes)}, log=log, progress=progress)
-    samples, verdicts = read_samples(R.correction_samples, required=False), read_verdicts(R.correction_verdicts, required=False)   # none tried: empty
-    rows, kept = correction_rows(cproblems, samples, verdicts, tok, round_idx, max_per_failure, max_tokens, protected)
+    stats = sampler.run(cproblems, model_dir, R.correction_samples, R.correction_verdicts, sampling, round_idx, verify,
+                        settings={'model': str(Path(model_dir).resolve()), 'prefixes': list(rules.prefixes)}, log=log)
+    samples = read_samples(R.correction_samples, required=False)   # none tried: empty
+    verdicts = read_verdicts(R.correction_verdicts, required=False)
+    rows, kept = correction_rows(cproblems, samples, verdicts, tok, round_idx, rules.max_per_failure, rules.max_tokens,
+                                 protected)
     write_records(R.correction_rows, rows)
     fixed = {v['name'] for v in verdicts if v['verdict'] == 'pass'}
-    result = {'failures_tried': len(cproblems), 'problems_tried': len({p['corrects']['name'] for p in cproblems}),
-              'corrections_sampled': len(samples), 'corrections_verified': sum(v['verdict'] == 'pass' for v in verdicts),
-              'failures_fixed': len(fixed), 'rows': len(rows), 'keep': dict(kept),
-              'verdict_counts': dict(Counter(v['verdict'] for v in verdicts)), 'tokens': sum(s['n_tokens'] for s in samples),
-              'n': n, 'max_per_problem': max_per_problem, 'max_per_failure': max_per_failure, 'prefixes': list(prefixes),
-              'timings': stats['timings'], 'n_generated': stats.get('n_generated', len(samples)),
-              'sampling': stats.get('sampling'), 'server': stats.get('server')}   # the effective sampling parameters, the managed server
-    return result
+    return {'failures_tried': len(cproblems), 'problems_tried': len({p['corrects']['name'] for p in cproblems}),
+            'corrections_sampled': len(samples), 'corrections_verified': sum(v['verdict'] == 'pass' for v in verdicts),
+            'failures_fixed': len(fixed), 'rows': len(rows), 'keep': dict(kept),
+            'verdict_counts': dict(Counter(v['verdict'] for v in verdicts)),
+            'tokens': sum(s['n_tokens'] for s in samples),
+            'n': sampling.n, 'max_per_problem': rules.max_per_problem, 'max_per_failure': rules.max_per_failure,
+            'prefixes': list(rules.prefixes), 'timings': stats['timings'],
+            'n_generated': stats.get('n_generated', len(samples)),
+            'sampling': stats.get('sampling'), 'server': stats.get('server')}  # the effective sampling parameters, the
+                                                                               # managed server

@@ -8,12 +8,16 @@ import json, math, random, sys, time
 from collections import Counter, defaultdict
 from functools import partial
 from pathlib import Path
-from .core import (SFT_MAX_TOKENS, BadInput, DataStop, StageFailed, atomic_write_json, read_problems, read_records, read_samples,
-                        read_verdicts, write_records)
+from .core import (SFT_MAX_TOKENS, BadInput, DataStop, StageFailed, atomic_write_json, read_problems,
+                        read_records, read_samples, read_verdicts, write_records)
 from .rows import collate, completion_text, encode, join_passes, load_tokenizer, proof_text, tokenize_rows
 from .sft import build_sft_rows, demo_sft_inputs, read_protected
-from .train import (TrainingRun, check_schedule, completion_loss, load_for_training, lr_factor, run_fingerprint, run_trainer_cli,
-                         train_lora, train_parser)
+from .train import (TrainingRun, check_schedule, completion_loss, load_for_training, lr_factor, run_fingerprint,
+                         run_trainer_cli, train_lora, train_parser)
+from .policy import precheck, extract_code
+from .lean_reply import judge
+from .core import theorem_name, sha256_file, sha256_json
+from .cli import parser, say, positive_float, positive_int
 
 # %% auto #0
 __all__ = ['LEAN_ERROR', 'DEMO_LOSER', 'OBJECTIVES', 'DPO_KEYS', 'is_lean_failure', 'demo_dpo_inputs', 'pass_rates', 'draw_pairs',
@@ -34,14 +38,12 @@ def is_lean_failure(verdict:dict, # a verdict record
 
 # %% ../nbs/training/dpo.ipynb #91ada54a
 def _reply(line:int, msg:str) -> dict:
-    return {'messages': [{'severity': 'error', 'pos': {'line': line, 'column': 2}, 'endPos': None, 'data': msg}], 'sorries': []}
+    return {'messages': [{'severity': 'error', 'pos': {'line': line, 'column': 2}, 'endPos': None, 'data': msg}],
+            'sorries': []}
 
 def demo_dpo_inputs(out_dir, # folder for problems.jsonl, samples.jsonl, verdicts.jsonl
                     tokenizer=None, round_idx:int=1, n_problems:int=32) -> dict[str, Path]:
     "A crafted round with passes, Lean failures, pre-check cheats, timeouts and `no_code`, in the real formats."
-    from ei_nb.policy import precheck, extract_code
-    from ei_nb.lean_reply import judge
-    from ei_nb.core import theorem_name
     paths = demo_sft_inputs(out_dir, tokenizer, round_idx, n_problems)
     problems = {p['name']: p for p in read_problems(paths['problems'])}
     samples, verdicts = read_samples(paths['samples']), read_verdicts(paths['verdicts'])
@@ -49,7 +51,10 @@ def demo_dpo_inputs(out_dir, # folder for problems.jsonl, samples.jsonl, verdict
     for v in verdicts:
         if v['verdict'] != 'fail': continue
         p = problems[v['name']]
-        v['reason'] = precheck(v['proof'], p) or judge(_reply(v['proof'].count('\n') + 1, 'unexpected end of input; expected tactic'), theorem_name(p['formal_statement']))[1]
+        v['reason'] = precheck(v['proof'],
+                               p) or judge(_reply(v['proof'].count('\n') + 1,
+                                                  'unexpected end of input; expected tactic'),
+                                                  theorem_name(p['formal_statement']))[1]
     for k,(name,p) in enumerate(problems.items()):
         good = next(s for s,v in zip(samples, verdicts) if s['name'] == name and v['verdict'] == 'pass')
         code = extract_code(good['completion'])
@@ -58,10 +63,13 @@ def demo_dpo_inputs(out_dir, # folder for problems.jsonl, samples.jsonl, verdict
         for tactic in ('linarith', 'simp', 'norm_num')[:1 + k % 3]:   # 1 to 3 wrong proofs: pass rates vary
             wrong = code.rstrip().rsplit('\n', 1)[0] + f'\n  {tactic}'
             reply = _reply(wrong.count('\n') + 1, f'{tactic} failed')
-            extra.append(('fail', judge(reply, theorem_name(p['formal_statement']))[1], f'A shorter attempt.\n\n```lean4\n{wrong}\n```', wrong))
+            extra.append(('fail', judge(reply, theorem_name(p['formal_statement']))[1],
+                          f'A shorter attempt.\n\n```lean4\n{wrong}\n```', wrong))
         for i,(verdict, reason, text, proof) in enumerate(extra, start=4):
-            samples.append({'name': name, 'sample_idx': i, 'round': round_idx, 'completion': text, 'n_tokens': count(text), 'capped': False})
-            verdicts.append({'name': name, 'sample_idx': i, 'verdict': verdict, 'reason': reason, 'proof': proof, 'verify_s': 0.0})
+            samples.append({'name': name, 'sample_idx': i, 'round': round_idx, 'completion': text,
+                            'n_tokens': count(text), 'capped': False})
+            verdicts.append({'name': name, 'sample_idx': i, 'verdict': verdict, 'reason': reason, 'proof': proof,
+                             'verify_s': 0.0})
     write_records(paths['samples'], samples, 'sample')
     write_records(paths['verdicts'], verdicts, 'verdict')
     return paths
@@ -90,19 +98,23 @@ def build_pairs(problems:list[dict], samples:list[dict], verdicts:list[dict],
                 tokenizer, # tokenizer (or its directory) of the model that sampled
                 round_idx:int,
                 pairs_per_problem:int=4, # pairs per problem at most
-                max_per_problem:int=4, rank:str='shortest', max_tokens:int=SFT_MAX_TOKENS, # the SFT keep rules for winners
+                max_per_problem:int=4, rank:str='shortest', max_tokens:int=SFT_MAX_TOKENS,  # the SFT keep rules for
+                                                                                            # winners
                 protected=(), style:str='chat',
                 seed:int=0, # seeds the draw of pairs
                 loser_prefixes:tuple=(LEAN_ERROR,), # `fail` reasons that make a loser (see `is_lean_failure`)
                ) -> tuple[list[dict], dict]:
     "DPO pairs (a kept proof Lean accepted, a proof Lean rejected, same problem), and counts."
     tok = load_tokenizer(tokenizer)
-    rows, sft_stats = build_sft_rows(problems, samples, verdicts, tok, round_idx, max_per_problem, rank, max_tokens, protected, style)
+    rows, sft_stats = build_sft_rows(problems, samples, verdicts, tok, round_idx, max_per_problem, rank, max_tokens,
+                                     protected, style)
     passes, _ = join_passes(samples, verdicts)
     rates, by_key = pass_rates(samples, verdicts), {(s['name'], s['sample_idx']): s for s in samples}
     fails = defaultdict(list)
     for v in verdicts:
-        if is_lean_failure(v, loser_prefixes) and (s := by_key.get((v['name'], v['sample_idx']))) is not None: fails[v['name']].append((s, v))
+        if is_lean_failure(v,
+                           loser_prefixes) and (s := by_key.get((v['name'],
+                                                                 v['sample_idx']))) is not None: fails[v['name']].append((s, v))
     winners = defaultdict(list)
     for r in rows: winners[r['name']].append(r)
     pairs, st = [], Counter()
@@ -118,15 +130,17 @@ def build_pairs(problems:list[dict], samples:list[dict], verdicts:list[dict],
         st['losers'] += len(losers)
         if not losers: st['problems_without_loser'] += 1; continue
         for w,l in draw_pairs(list(ws), list(losers), pairs_per_problem, seed, name):
-            pairs.append({'name': name, 'round': round_idx, 'pass_rate': rates[name], 'prompt': head['prompt'], 'n_prompt_tokens': head['n_prompt_tokens'],
+            pairs.append({'name': name, 'round': round_idx, 'pass_rate': rates[name], 'prompt': head['prompt'],
+                          'n_prompt_tokens': head['n_prompt_tokens'],
                           'chosen': ws[w]['completion'], 'rejected': losers[l]['completion'],
-                          'chosen_eos': ws[w]['eos'], 'rejected_eos': losers[l]['eos'], 'chosen_idx': w, 'rejected_idx': l,
+                          'chosen_eos': ws[w]['eos'], 'rejected_eos': losers[l]['eos'], 'chosen_idx': w,
+                          'rejected_idx': l,
                           'chosen_tokens': ws[w]['n_tokens'], 'rejected_tokens': losers[l]['n_tokens'],
                           'rejected_reason': losers[l]['reason']})
     stats = {'pairs': len(pairs), 'problems': len({p['name'] for p in pairs}), 'winner_rows': len(rows),
              'losers': st['losers'], 'losers_too_long': st['losers_too_long'],
-             'problems_without_loser': st['problems_without_loser'], 'dropped_protected': sft_stats['dropped_protected'],
-             'dropped_all_solved': sft_stats['dropped_all_solved'],
+             'problems_without_loser': st['problems_without_loser'],
+             'dropped_protected': sft_stats['dropped_protected'], 'dropped_all_solved': sft_stats['dropped_all_solved'],
              'excluded_fails': dict(Counter((v['reason'] or '').split(':')[0] for v in verdicts if v['verdict'] == 'fail' and not is_lean_failure(v, loser_prefixes)))}
     return pairs, stats
 
@@ -168,7 +182,8 @@ def sequence_logp(model, example:dict, # {'ids', 'n_prompt'} as `tokenize_rows` 
 def tokenize_pairs(pairs:list[dict], tokenizer) -> tuple[list[dict], list[dict]]:
     "Examples (`ids`, `n_prompt`) of the winners and of the losers, aligned with `pairs`."
     side = lambda k: [{'prompt': p['prompt'], 'completion': p[k], 'eos': p.get(f'{k}_eos', True)} for p in pairs]
-    chosen, rejected = tokenize_rows(side('chosen'), tokenizer, sys.maxsize)[0], tokenize_rows(side('rejected'), tokenizer, sys.maxsize)[0]
+    chosen, rejected = tokenize_rows(side('chosen'), tokenizer,
+                                     sys.maxsize)[0], tokenize_rows(side('rejected'), tokenizer, sys.maxsize)[0]
     if not len(chosen) == len(rejected) == len(pairs): raise BadInput('a pair has an empty completion')
     return chosen, rejected
 
@@ -182,12 +197,15 @@ def reference_logps(model, # a peft model: the reference is the model with its a
         logp = lambda exs: [sequence_logp(model, e, device, chunk).item() for e in exs]
         return {'chosen': logp(chosen), 'rejected': logp(rejected)}
 
-def policy_logps(model, chosen:list[dict], rejected:list[dict], idxs:list[int], device='cpu', chunk:int=4096, autocast=None) -> dict[int, tuple[float, float]]:
-    "By pair index in `idxs`: the summed completion log-probs of winner and loser under the model as it is (adapter on, no grad)."
+def policy_logps(model, chosen:list[dict], rejected:list[dict], idxs:list[int], device='cpu', chunk:int=4096,
+                 autocast=None) -> dict[int, tuple[float, float]]:
+    ("By pair index in `idxs`: the summed completion log-probs of winner and loser under the model as it is (adapter "
+     "on, no grad).")
     import contextlib, torch
     autocast = autocast or contextlib.nullcontext
     with torch.no_grad(), autocast():
-        return {i: (sequence_logp(model, chosen[i], device, chunk).item(), sequence_logp(model, rejected[i], device, chunk).item()) for i in idxs}
+        return {i: (sequence_logp(model, chosen[i], device, chunk).item(),
+                    sequence_logp(model, rejected[i], device, chunk).item()) for i in idxs}
 
 # %% ../nbs/training/dpo.ipynb #e6c2a5b7
 def plan_dpo_steps(bands:list[int], # band of each pair
@@ -209,9 +227,11 @@ def _dpo_step(model, chosen, rejected, ref, idxs, beta, device, chunk, autocast)
     for i in idxs:
         with autocast():
             pc, pr = sequence_logp(model, chosen[i], device, chunk), sequence_logp(model, rejected[i], device, chunk)
-        loss, rc, rr = dpo_loss(pc, pr, torch.tensor(ref['chosen'][i], device=device), torch.tensor(ref['rejected'][i], device=device), beta)
+        loss, rc, rr = dpo_loss(pc, pr, torch.tensor(ref['chosen'][i], device=device),
+                                torch.tensor(ref['rejected'][i], device=device), beta)
         (loss / len(idxs)).backward()
-        out['loss'] += loss.item(); out['chosen'] += rc.item(); out['rejected'] += rr.item(); out['correct'] += float(rc > rr)
+        out['loss'] += loss.item(); out['chosen'] += rc.item(); out['rejected'] += rr.item()
+        out['correct'] += float(rc > rr)
     return out
 
 def band_bounds(step_bands:list[int]) -> list[tuple[int, int, int]]:
@@ -223,20 +243,25 @@ def band_bounds(step_bands:list[int]) -> list[tuple[int, int, int]]:
     return out
 
 def band_lr_factor(step:int, bounds:list[tuple[int, int, int]], warmup_ratio:float, schedule:str) -> float:
-    "LR multiplier at run step `step` when each band is its own run: warm-up over its first steps, then decay to 0 at its end."
+    ("LR multiplier at run step `step` when each band is its own run: warm-up over its first steps, then decay to 0 at "
+     "its end.")
     for _, first, n in bounds:
         if first <= step < first + n: return lr_factor(step - first, n, math.ceil(warmup_ratio * n), schedule)
     return 0.0   # past the last step (the scheduler's final tick)
 
-def _enter_band(run, s:int, bound:tuple, bands:list[int], ref:dict, model, chosen, rejected, device, chunk, autocast) -> float:
-    "At step `s` in band `bound` (a band's first step, or the first step of a resumed run): a fresh optimizer at the band's start, its reference loaded or computed; seconds."
+def _enter_band(run, s:int, bound:tuple, bands:list[int], ref:dict, model, chosen, rejected, device, chunk,
+                autocast) -> float:
+    ("At step `s` in band `bound` (a band's first step, or the first step of a resumed run): a fresh optimizer at the "
+     "band's start, its reference loaded or computed; seconds.")
     k, first, _ = bound
     if s == first and s > 0: run.opt.state.clear()            # a fresh AdamW: CuDIP runs one DPO per band
     path, t0 = run.ck_root/f'reference_band{k}.json', time.time()
     if path.exists() and (saved := json.loads(path.read_text()))['fingerprint'] == run.fingerprint: got = saved['logps']
-    elif s != first: raise StageFailed(f'{path}: the reference of band {k} is missing mid-band: train again with resume=False')
+    elif s != first: raise StageFailed(f'{path}: the reference of band {k} is missing mid-band: train again with '
+                                       f'resume=False')
     else:
-        got = {str(i): v for i, v in policy_logps(model, chosen, rejected, [i for i, b in enumerate(bands) if b == k], device, chunk, autocast).items()}
+        got = {str(i): v for i, v in policy_logps(model, chosen, rejected, [i for i, b in enumerate(bands) if b == k],
+                                                  device, chunk, autocast).items()}
         atomic_write_json(path, {'fingerprint': run.fingerprint, 'logps': got}, indent=None)
     for i, (c, r) in got.items(): ref['chosen'][int(i)], ref['rejected'][int(i)] = c, r
     return time.time() - t0
@@ -256,7 +281,8 @@ def _pairs_within(pairs, chosen, rejected, max_tokens:int) -> tuple[list, list, 
     return [pairs[i] for i in keep], [chosen[i] for i in keep], [rejected[i] for i in keep], len(pairs) - len(keep)
 
 def _dpo_plan(pairs_or_path, tok, max_tokens:int, batch_pairs:int, epochs:int, seed:int, max_steps:int) -> tuple:
-    "The examples of the pairs whose sides fit (winners, losers), how many pairs did not, each pair's band, and the optimizer steps."
+    ("The examples of the pairs whose sides fit (winners, losers), how many pairs did not, each pair's band, and the "
+     "optimizer steps.")
     pairs = read_pairs(pairs_or_path) if isinstance(pairs_or_path, (str, Path)) else list(pairs_or_path)
     chosen, rejected = tokenize_pairs(pairs, tok)
     pairs, chosen, rejected, n_long = _pairs_within(pairs, chosen, rejected, max_tokens)
@@ -276,13 +302,17 @@ def _record(hist:dict, r:dict, idxs:list[int], band:int, lr:float, chosen, rejec
                 ('tokens', sum(len(chosen[i]['ids']) + len(rejected[i]['ids']) for i in idxs)), ('seconds', seconds)):
         hist[k].append(v)
 
-def _dpo_metrics(hist:dict, bands:list[int], chosen, rejected, n_long:int, n_steps:int, start:int, t_ref:float, train_s:float, params:dict) -> dict:
+def _dpo_metrics(hist:dict, bands:list[int], chosen, rejected, n_long:int, n_steps:int, start:int, t_ref:float,
+                 train_s:float, params:dict) -> dict:
     "What `train_dpo` returns and writes to `train.json` (before the export's numbers)."
-    return {'objective': 'dpo', 'pairs': len(bands), 'dropped_too_long': n_long, 'steps': n_steps, 'resumed_from': start,
-            'pairs_per_band': dict(sorted(Counter(bands).items())), 'tokens': sum(len(e['ids']) for e in chosen + rejected),
+    return {'objective': 'dpo', 'pairs': len(bands), 'dropped_too_long': n_long, 'steps': n_steps,
+            'resumed_from': start,
+            'pairs_per_band': dict(sorted(Counter(bands).items())),
+            'tokens': sum(len(e['ids']) for e in chosen + rejected),
             'reference_s': t_ref, 'train_s': train_s, 'tokens_per_s': sum(hist['tokens'][start:]) / max(train_s, 1e-9),
             'first_loss': hist['loss'][0], 'final_loss': hist['loss'][-1], 'final_margin': hist['margin'][-1],
-            'final_accuracy': hist['accuracy'][-1], 'history': hist, 'params': {k: v for k,v in params.items() if k != 'bands'}}
+            'final_accuracy': hist['accuracy'][-1], 'history': hist,
+            'params': {k: v for k,v in params.items() if k != 'bands'}}
 
 # %% ../nbs/training/dpo.ipynb #afa72fd2
 def train_dpo(model_dir, # the round's input model: the policy starts here and it is the frozen reference
@@ -356,28 +386,33 @@ def round_pairs(problems:list[dict], samples:list[dict], verdicts:list[dict], to
     pairs, st = build_pairs(problems, samples, verdicts, tokenizer, round_idx, pairs_per_problem, protected=protected,
                             seed=seed, loser_prefixes=tuple(loser_prefixes), **keep)
     pairs = curriculum(pairs, n_stages)
-    return pairs, st | {'pairs_per_band': dict(sorted(Counter(p['band'] for p in pairs).items())), 'pair_lengths': pair_lengths(pairs)}
+    return pairs, st | {'pairs_per_band': dict(sorted(Counter(p['band'] for p in pairs).items())),
+                        'pair_lengths': pair_lengths(pairs)}
 
 def pair_lengths(pairs:list[dict]) -> dict:
-    "Completion tokens of winners and losers (a side's tokens minus the prompt's): means, medians and how often the winner is shorter, overall and per band."
+    ("Completion tokens of winners and losers (a side's tokens minus the prompt's): means, medians and how often the "
+     "winner is shorter, overall and per band.")
     import statistics as S
     def part(ps):
         c, r = ([p[f'{k}_tokens'] - p['n_prompt_tokens'] for p in ps] for k in ('chosen', 'rejected'))
-        return {'pairs': len(ps), 'chosen_completion_tokens_mean': S.mean(c), 'rejected_completion_tokens_mean': S.mean(r),
+        return {'pairs': len(ps), 'chosen_completion_tokens_mean': S.mean(c),
+                'rejected_completion_tokens_mean': S.mean(r),
                 'chosen_completion_tokens_median': S.median(c), 'rejected_completion_tokens_median': S.median(r),
                 'chosen_shorter_frac': sum(a < b for a, b in zip(c, r)) / len(ps)}
     bands = sorted({p.get('band', 0) for p in pairs})
-    return {'all': part(pairs) if pairs else None, 'bands': {b: part([p for p in pairs if p.get('band', 0) == b]) for b in bands}}
+    return {'all': part(pairs) if pairs else None,
+            'bands': {b: part([p for p in pairs if p.get('band', 0) == b]) for b in bands}}
 
 # %% ../nbs/training/dpo.ipynb #4e374cab
 def _model_id(model_dir) -> list:
     return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in Path(model_dir).iterdir() if p.is_file())
 
 def sft_once(model_dir, rows_path, out_dir, **train_kw) -> dict:
-    "`train_lora` into `out_dir`, unless a finished run there had the same rows, model and settings: then its `train.json`."
-    from ei_nb.core import sha256_file, sha256_json
+    ("`train_lora` into `out_dir`, unless a finished run there had the same rows, model and settings: then its "
+     "`train.json`.")
     out_dir = Path(out_dir)
-    key, done = sha256_json({'rows': sha256_file(rows_path), 'model': _model_id(model_dir), 'params': train_kw}), out_dir/'sft_key.json'
+    key, done = sha256_json({'rows': sha256_file(rows_path), 'model': _model_id(model_dir),
+                             'params': train_kw}), out_dir/'sft_key.json'
     if done.exists() and json.loads(done.read_text()) == key and (out_dir/'merged').exists() and (out_dir/'train.json').exists():
         return json.loads((out_dir/'train.json').read_text()) | {'skipped': True}
     done.unlink(missing_ok=True)
@@ -386,15 +421,16 @@ def sft_once(model_dir, rows_path, out_dir, **train_kw) -> dict:
     return metrics
 
 # %% ../nbs/training/dpo.ipynb #ce8258d8
-DPO_KEYS = ('pairs', 'dropped_too_long', 'steps', 'tokens', 'tokens_per_s', 'reference_s', 'train_s', 'first_loss', 'final_loss',
-            'final_margin', 'final_accuracy', 'merge_rel_diff', 'adapter_effect')
+DPO_KEYS = ('pairs', 'dropped_too_long', 'steps', 'tokens', 'tokens_per_s', 'reference_s', 'train_s', 'first_loss',
+            'final_loss', 'final_margin', 'final_accuracy', 'merge_rel_diff', 'adapter_effect')
 
 def band_means(history:dict) -> dict:
     "Mean loss, reward margin and accuracy over the steps of each band, and the band's step count."
     out = {}
     for b in sorted(set(history['band'])):
         ks = [i for i,x in enumerate(history['band']) if x == b]
-        out[b] = {k: sum(history[k][i] for i in ks) / len(ks) for k in ('loss', 'margin', 'accuracy')} | {'steps': len(ks)}
+        out[b] = {k: sum(history[k][i] for i in ks) / len(ks) for k in ('loss', 'margin',
+                                                                        'accuracy')} | {'steps': len(ks)}
     return out
 
 def dpo_summary(metrics:dict, # what `train_dpo` returned
@@ -402,25 +438,30 @@ def dpo_summary(metrics:dict, # what `train_dpo` returned
                 epochs:int=1) -> dict:
     "The DPO part of 02's summary: pair counts, headline numbers, means per band, the curves and the `work` done."
     h = metrics['history']
-    return ({'objective': 'dpo', 'pair_data': pair_stats, 'pairs_per_band': metrics['pairs_per_band']} | {k: metrics.get(k) for k in DPO_KEYS}
+    return ({'objective': 'dpo', 'pair_data': pair_stats,
+             'pairs_per_band': metrics['pairs_per_band']} | {k: metrics.get(k) for k in DPO_KEYS}
             | {'bands': band_means(h), 'losses': h['loss'], 'margins': h['margin'], 'accuracies': h['accuracy'],
                'work': metrics['tokens'] * epochs * 4 / 3})
 
 # %% ../nbs/training/dpo.ipynb #4ab9ca41
 def dpo_data_cli(argv:list[str]) -> dict:
-    "`ei dpo-data --problems F --samples F --verdicts F --tokenizer DIR --out F [--pairs-per-problem 4] [--n-stages 1] ...`"
-    from ei_nb.cli import parser, say
+    ("`ei dpo-data --problems F --samples F --verdicts F --tokenizer DIR --out F [--pairs-per-problem 4] [--n-stages "
+     "1] ...`")
     p = parser('dpo-data', 'DPO pairs in curriculum order from verified samples (training/dpo)')
     for f in ('--problems', '--verdicts', '--samples', '--out', '--tokenizer'): p.add_argument(f, required=True)
     for f,t,d in (('--pairs-per-problem', int, 4), ('--n-stages', int, 1), ('--max-per-problem', int, 4),
-                  ('--max-tokens', int, SFT_MAX_TOKENS), ('--min-pairs', int, 1), ('--round', int, 0), ('--seed', int, 0)):
+                  ('--max-tokens', int, SFT_MAX_TOKENS), ('--min-pairs', int, 1), ('--round', int, 0),
+                  ('--seed', int, 0)):
         p.add_argument(f, type=t, default=d)
     p.add_argument('--rank', default='shortest'); p.add_argument('--style', default='chat')
     p.add_argument('--protected', action='append', default=[])
-    p.add_argument('--loser-prefix', action='append', default=[], help=f'fail reason prefix of a loser (repeatable; default {LEAN_ERROR!r})')
+    p.add_argument('--loser-prefix', action='append', default=[],
+                   help=f'fail reason prefix of a loser (repeatable; default {LEAN_ERROR!r})')
     a = p.parse_args(argv)
-    pairs, st = round_pairs(read_problems(a.problems), read_samples(a.samples), read_verdicts(a.verdicts), a.tokenizer, a.round,
-                            a.pairs_per_problem, a.n_stages, read_protected(a.protected), tuple(a.loser_prefix) or (LEAN_ERROR,), a.seed,
+    pairs, st = round_pairs(read_problems(a.problems), read_samples(a.samples), read_verdicts(a.verdicts), a.tokenizer,
+                            a.round,
+                            a.pairs_per_problem, a.n_stages, read_protected(a.protected),
+                            tuple(a.loser_prefix) or (LEAN_ERROR,), a.seed,
                             max_per_problem=a.max_per_problem, rank=a.rank, max_tokens=a.max_tokens, style=a.style)
     if len(pairs) < a.min_pairs: raise DataStop(f'{len(pairs)} DPO pairs < min_pairs {a.min_pairs}: {json.dumps(st)}')
     write_records(a.out, pairs)
@@ -428,8 +469,8 @@ def dpo_data_cli(argv:list[str]) -> dict:
     return st
 
 def dpo_train_cli(argv:list[str]) -> dict:
-    "`ei dpo-train --model DIR --data FILE --out-dir DIR [--beta 0.1] [--lr 5e-6] [...]`: the options of `ei train`, DPO's own."
-    from ei_nb.cli import positive_float, positive_int
+    ("`ei dpo-train --model DIR --data FILE --out-dir DIR [--beta 0.1] [--lr 5e-6] [...]`: the options of `ei train`, "
+     "DPO's own.")
     p = train_parser('dpo-train', 'DPO-train a LoRA on ordered pairs, merge and export (training/dpo)', 5e-6, 1,
                      (('--beta', positive_float, 0.1), ('--batch-pairs', positive_int, 16)))
     return run_trainer_cli(p, argv, train_dpo)

@@ -5,14 +5,16 @@
 # %% ../nbs/04_eval.ipynb #7eafa328
 from __future__ import annotations
 import numpy as np
-from .core import BadInput
+from .core import BadInput, read_records
 from .frames import frame_of, read_frame
+from .jsonl_scan import string_order, scan_counts, scanner
+from .cli import parser, int_list, paused_gc
 
 # %% auto #0
 __all__ = ['EVAL_HEADLINE', 'pass_at_k', 'pass_at_k_array', 'ProblemCounts', 'tally_table', 'tally', 'tally_frame', 'counts_of',
            'problem_counts', 'pass_at_k_mean', 'score', 'verdict_counts', 'stats_cli', 'check_scored_set',
            'eval_summary', 'plot_pass_counts', 'plot_lengths', 'plot_eval', 'figure_image', 'write_eval_stage_json',
-           'run_eval', 'eval_cli']
+           'run_eval', 'verifier_record', 'eval_parser', 'eval_cli', 'eval_arm']
 
 # %% ../nbs/04_eval.ipynb #cc066788
 def pass_at_k(n:int, # samples of the problem
@@ -41,8 +43,10 @@ def pass_at_k_array(n, # samples per problem (array)
 
 # %% ../nbs/04_eval.ipynb #94674ef0
 class ProblemCounts:
-    "Samples `n` and passes `c` per problem, problems sorted by `name`, as numpy arrays; `counts['n']` reads like the DataFrame's column."
-    def __init__(self, name, n, c): self.name, self.n, self.c = np.asarray(name, object), np.asarray(n, np.int64), np.asarray(c, np.int64)
+    ("Samples `n` and passes `c` per problem, problems sorted by `name`, as numpy arrays; `counts['n']` reads like the "
+     "DataFrame's column.")
+    def __init__(self, name, n, c): self.name, self.n, self.c = np.asarray(name,
+                                                                           object), np.asarray(n, np.int64), np.asarray(c, np.int64)
     @property
     def pass_rate(self) -> np.ndarray: return self.c / self.n
     def __getitem__(self, column:str) -> np.ndarray: return getattr(self, column)
@@ -58,7 +62,6 @@ def tally_table(names, # the distinct problem names
                 table, # table[i, j]: the samples of problem `names[i]` with verdict `verdicts[j]`
                ) -> ProblemCounts:
     "Samples and passes per problem from a (problem, verdict) table; only a `pass` verdict counts."
-    from ei_nb.jsonl_scan import string_order
     table = np.asarray(table, np.int64).reshape(len(names), len(verdicts))
     passed = np.array([v == 'pass' for v in verdicts], bool)
     n, c = table.sum(1), table[:, passed].sum(1)
@@ -103,7 +106,8 @@ def pass_at_k_mean(counts, # `ProblemCounts`, or a DataFrame of `problem_counts`
     "pass@k averaged over problems; every problem needs at least k samples."
     n, c = np.asarray(counts['n']), np.asarray(counts['c'])
     short = np.flatnonzero(n < k)
-    if len(short): raise BadInput(f"pass@{k}: {len(short)} problem(s) have fewer than {k} samples, e.g. {np.asarray(counts['name'], object)[short[0]]!r} has {int(n[short[0]])}")
+    if len(short): raise BadInput(f"pass@{k}: {len(short)} problem(s) have fewer than {k} samples, e.g. "
+                                  f"{np.asarray(counts['name'], object)[short[0]]!r} has {int(n[short[0]])}")
     return float(pass_at_k_array(n, c, k).mean()) if len(n) else 0.0
 
 def score(verdicts, # a verdicts DataFrame, or their `ProblemCounts`
@@ -115,18 +119,18 @@ def score(verdicts, # a verdicts DataFrame, or their `ProblemCounts`
 
 # %% ../nbs/04_eval.ipynb #9235b699
 def verdict_counts(path) -> ProblemCounts:
-    "The `ProblemCounts` of a verdict file, validated as `read_frame` validates it (no pandas when the C scanner is sure)."
-    from ei_nb.core import read_records
-    from ei_nb.jsonl_scan import scan_counts, scanner
+    ("The `ProblemCounts` of a verdict file, validated as `read_frame` validates it (no pandas when the C scanner is "
+     "sure).")
     wanted = ['name', 'sample_idx', 'verdict']
-    if scanner() is None: return tally_frame(read_frame(path, 'verdict', columns=wanted))   # pyarrow, then the exact reader
+    if scanner() is None: return tally_frame(read_frame(path, 'verdict', columns=wanted))  # pyarrow, then the exact
+                                                                                           # reader
     table = scan_counts(path, 'verdict')   # samples per (problem, verdict), counted in C
-    if table is None: return tally_frame(frame_of(read_records(path, 'verdict'), 'verdict', wanted))   # not rescanned: the exact reader decides
+    if table is None: return tally_frame(frame_of(read_records(path, 'verdict'), 'verdict', wanted))  # not rescanned:
+    # the exact reader decides
     return tally_table(*table)
 
 def stats_cli(argv):
     "`ei stats --verified FILE [--k 1,8,32]`"
-    from ei_nb.cli import parser, int_list, paused_gc
     p = parser('stats', 'solved@n and pass@k of a verdict file')
     p.add_argument('--verified', required=True, help='verdict records (JSON Lines)')
     p.add_argument('--k', type=int_list, default=[1], help='comma-separated k values, each >= 1')
@@ -134,18 +138,20 @@ def stats_cli(argv):
     with paused_gc(): return score(verdict_counts(a.verified), a.k)
 
 # %% ../nbs/04_eval.ipynb #7f03e877
-import json, time
+import dataclasses, json, time
 from pathlib import Path
-from .core import EVAL_CAP, read_problems, read_samples, read_verdicts, sha256_json
+from .cli import nonneg_int, parser, say, stage_defaults
+from .core import check_output, read_problems, read_samples, read_verdicts, sha256_json
 from .layout import EvalLayout, write_stage_json
-from .lean_reply import unreplayed_check
+# the sampling job and the verifier are imported where they run: `ei stats` and `ei select` start without them
 
 # %% ../nbs/04_eval.ipynb #a6de21fc
 def check_scored_set(problems:list[dict], allow_test_selection:bool=False) -> list[dict]:
     "`problems`, unless some are of the test split and `allow_test_selection` is off (`BadInput`, exit 2)."
     test = [p['name'] for p in problems if p['split'] == 'test']
     if test and not allow_test_selection:
-        raise BadInput(f'{len(test)} problem(s) of the test split (e.g. {test[0]!r}): the test split is never a scored set '
+        raise BadInput(f'{len(test)} problem(s) of the test split (e.g. {test[0]!r}): the test split is never a scored '
+                       f'set '
                        '(use --allow-test-selection only for a one-round diagnostic)')
     return problems
 
@@ -172,11 +178,14 @@ def _integer_y(ax):
 def plot_pass_counts(ax, verdicts:list[dict], n:int):
     "Bar chart on `ax`: number of problems by passing samples (0..n)."
     import pandas as pd
-    c = problem_counts(pd.DataFrame(verdicts, columns=['name', 'sample_idx', 'verdict']))['c'] if verdicts else pd.Series(dtype=int)
+    c = problem_counts(pd.DataFrame(verdicts,
+                                    columns=['name', 'sample_idx',
+                                             'verdict']))['c'] if verdicts else pd.Series(dtype=int)
     ax.bar(range(n + 1), [int((c == k).sum()) for k in range(n + 1)], color='tab:blue')
     ax.set_xticks(range(0, n + 1, max(1, (n + 1) // 9)))
     _integer_y(ax)
-    ax.set(xlabel=f'passing samples (of {n})', ylabel='problems', title=f'pass counts per problem: solved {int((c > 0).sum())}/{len(c)}')
+    ax.set(xlabel=f'passing samples (of {n})', ylabel='problems',
+           title=f'pass counts per problem: solved {int((c > 0).sum())}/{len(c)}')
     return ax
 
 def plot_lengths(ax, samples:list[dict], cap:int):
@@ -184,7 +193,8 @@ def plot_lengths(ax, samples:list[dict], cap:int):
     ax.hist([s['n_tokens'] for s in samples], bins=40, color='tab:gray')
     ax.axvline(cap, color='tab:red', ls='--', label=f'cap {cap:,}')
     _integer_y(ax)
-    ax.set(xlabel='completion tokens', ylabel='samples', title=f'lengths: {sum(s["capped"] for s in samples)} of {len(samples)} capped')
+    ax.set(xlabel='completion tokens', ylabel='samples',
+           title=f'lengths: {sum(s["capped"] for s in samples)} of {len(samples)} capped')
     ax.legend()
     return ax
 
@@ -214,87 +224,124 @@ def write_eval_stage_json(path, # where the stage.json goes
                           result:dict, # what `run_eval` measured
                           started:float, # `time.time()` when it began
                          ) -> dict:
-    "The evaluation's one summary: the score as headline (`work`: samples), every other number as detail, the settings as params."
+    ("The evaluation's one summary: the score as headline (`work`: samples), every other number as detail, the "
+     "settings as params.")
     head = {k: result[k] for k in EVAL_HEADLINE} | {'work': result['n_samples']}
     smp, ver = result['sampler'], result['verifier']
-    params = {'round_idx': result['round'], **{k: smp[k] for k in ('n', 'max_new_tokens', 'temperature', 'top_p', 'seed')},
+    params = {'round_idx': result['round'],
+              **{k: smp[k] for k in ('n', 'max_new_tokens', 'temperature', 'top_p', 'seed')},
               'sampler': smp['backend'], 'verify_backend': ver['backend'], 'timeout': ver['timeout'],
-              **{k: smp[k] for k in ('prompt_style', 'chunk_problems', 'max_prompt_frac')}, 'allow_test_selection': result['allow_test_selection']}
-    return write_stage_json(path, '04_eval', inputs, {'samples': files.samples, 'verdicts': files.verdicts, 'plot': files.plot},
-                            params, head, time.time() - started, detail={k: v for k, v in result.items() if k not in head})
+              **{k: smp[k] for k in ('prompt_style', 'chunk_problems', 'max_prompt_frac')},
+              'allow_test_selection': result['allow_test_selection']}
+    return write_stage_json(path, '04_eval', inputs,
+                            {'samples': files.samples, 'verdicts': files.verdicts, 'plot': files.plot},
+                            params, head, time.time() - started,
+                            detail={k: v for k, v in result.items() if k not in head})
 
 def run_eval(problems, # problem records, or a JSONL path (the scored set: miniF2F-valid)
              model_dir, # the model to evaluate
              out_dir, # gets eval_samples.jsonl, eval_verdicts.jsonl, eval.png (`EvalLayout` names them)
-             n:int=8, # n_e: samples per problem
-             max_new_tokens:int=EVAL_CAP, # the cap
-             seed:int=0, # the fixed eval seed
-             temperature:float=1.0, top_p:float=0.95,
-             sampler:str='transformers', # transformers | vllm
-             sampler_options:dict|None=None, # e.g. tensor_parallel_size (vllm), device (transformers)
-             verify_backend:str='none', # none | repl | lean | server | known | package.module:factory (`none` pre-checks only: nothing passes)
-             lean_project=None, workers:int|None=None, timeout:float=300, endpoints=None, policy=None, cache_dir=None,
-             prompt_style:str='chat', # chat | completion
-             allow_test_selection:bool=False, # allow test-split problems (one-round diagnostic)
-             round_idx:int=0, # the `round` of the records
-             chunk_problems:int=4, max_prompt_frac:float=0.5,
-             known_proofs=None, # the known-proof file of the `known` back-end
-             stage_json=None, # where the evaluation's stage.json goes (None: `stage.json` in out_dir)
+             sampling:SampleParams, # n (n_e), the cap, temperature, top_p and the fixed eval seed
+             verify:VerifierSettings, # the verifier (backend `none`: the pre-check only, so nothing passes)
+             sampler:SamplerSetup, # the sampler and its options, the prompt style, the chunking
+             round_idx:int, # the `round` of the records
+             allow_test_selection:bool, # allow test-split problems (one-round diagnostic)
+             stage_json='', # where the evaluation's stage.json goes (empty: `stage.json` in out_dir)
              started:float|None=None, # `time.time()` when the stage began (None: now)
-             log=print, progress:bool|None=None,
-             serve:dict|None=None, serve_log=None, # sampler served: the config's [serve], the server's log (None: logs/ in out_dir)
-             max_error_frac:float=0.1, allow_unreplayed:bool=False) -> dict: # `error` share that stops (exit 3); see below
-    "Sample, verify, score the scored set (refusing passes no kernel replay confirmed unless `allow_unreplayed`)."
+             log=print, progress:bool|None=None) -> dict:
+    ("Sample, verify and score the scored set: records and plot into `out_dir`, the numbers (returned) into its "
+     "`stage.json`.")
     started, source = started or time.time(), problems if isinstance(problems, (str, Path)) else None
-    problems, files = check_scored_set(read_problems(source) if source else list(problems), allow_test_selection), EvalLayout(Path(out_dir))
-    if verify_backend == 'none': log('eval: verify backend none runs the pre-check only: no sample can pass')
-    from ei_nb.samplers import SampleParams, verifier_of   # here, not at the top: `ei stats` and `ei select` start without it
-    from ei_nb.sample_job import sample_and_verify
-    verifier = {'backend': verify_backend, 'lean_project': str(lean_project) if lean_project else None, 'workers': workers,
-                'timeout': timeout, 'endpoints': list(endpoints or []), 'policy': policy}
-    if sampler == 'served': sampler_options = {'serve': serve or {}, 'log_path': str(serve_log or files.server_log), **(sampler_options or {})}
-    stats = sample_and_verify(problems, model_dir, files.samples, files.verdicts, SampleParams(n, temperature, top_p, max_new_tokens, seed),
-                              round_idx, sampler, sampler_options, verifier_of(verify_backend, lean_project, workers, timeout, endpoints,
-                                                                               policy, cache_dir, known_proofs, max_error_frac),
-                              prompt_style, chunk_problems, max_prompt_frac, None,
-                              {'model': str(Path(model_dir).resolve()),
-                               **{f'verify_{k}': v for k,v in verifier.items() if k not in ('workers', 'endpoints')}},
-                              log=log, progress=progress)
+    problems = check_scored_set(read_problems(source) if source else list(problems), allow_test_selection)
+    files, ver = EvalLayout(Path(out_dir)), verifier_record(verify)
+    if verify.backend == 'none': log('eval: verify backend none runs the pre-check only: no sample can pass')
+    resume = {'model': str(Path(model_dir).resolve()),
+              **{f'verify_{k}': v for k, v in ver.items() if k not in ('workers', 'endpoints')}}
+    stats = sampler.run(problems, model_dir, files.samples, files.verdicts, sampling, round_idx, verify,
+                        settings=resume, log=log, progress=progress)
     samples, verdicts = read_samples(files.samples, False), read_verdicts(files.verdicts, False)
-    result = unreplayed_check(verdicts, allow_unreplayed, 'eval') | eval_summary(samples, verdicts, n) | {  # issue 36
-        'n_dropped': stats['n_dropped'], 'dropped': [d['name'] for d in stats['dropped']],
-        'model': str(model_dir), 'round': round_idx,
-        'problems': {'n': len(problems), 'splits': sorted({p['split'] for p in problems}), 'sha256': sha256_json(problems)},
-        'sampler': {'backend': sampler, 'n': n, 'temperature': temperature, 'top_p': top_p, 'max_new_tokens': max_new_tokens,
-                    'seed': seed, 'prompt_style': prompt_style, 'chunk_problems': chunk_problems,
-                    'max_prompt_frac': max_prompt_frac, **{k: v for k,v in (sampler_options or {}).items() if v is not None}},
-        'verifier': verifier, 'allow_test_selection': allow_test_selection,
-        'tokens_per_s': stats['tokens_per_s'], 'timings': stats['timings'], 'sampling': stats['sampling'], 'server': stats.get('server')}
-    plot_eval(samples, verdicts, n, max_new_tokens, files.plot)
-    write_eval_stage_json(stage_json or files.stage_json, {'problems': source, 'model': model_dir}, files, result, started)
+    # issue 36: passes no kernel replay confirmed are refused unless the verifier settings allow them
+    from ei_nb.lean_reply import unreplayed_check
+    replayed = unreplayed_check(verdicts, verify.allow_unreplayed, 'eval')
+    result = replayed | eval_summary(samples, verdicts, sampling.n) | {
+        'n_dropped': stats['n_dropped'], 'dropped': [d['name'] for d in stats['dropped']], 'model': str(model_dir),
+        'round': round_idx,
+        'problems': {'n': len(problems), 'splits': sorted({p['split'] for p in problems}),
+                     'sha256': sha256_json(problems)},
+        'sampler': {**sampler.record(), **{k: getattr(sampling, k) for k in _SAMPLED}}, 'verifier': ver,
+        'allow_test_selection': allow_test_selection,
+        **{k: stats.get(k) for k in ('tokens_per_s', 'timings', 'sampling', 'server')}}
+    plot_eval(samples, verdicts, sampling.n, sampling.max_new_tokens, files.plot)
+    write_eval_stage_json(stage_json or files.stage_json, {'problems': source, 'model': model_dir}, files, result,
+                          started)
     return result
 
+_SAMPLED = ('n', 'temperature', 'top_p', 'max_new_tokens', 'seed')   # the sampling parameters the summary repeats
+
+def verifier_record(v:VerifierSettings) -> dict:
+    "What the evaluation's summary (and its resume guard) says of the verifier."
+    return {'backend': v.backend, 'lean_project': v.project, 'workers': v.workers, 'timeout': v.timeout,
+            'endpoints': list(v.endpoints or []), 'policy': v.policy}
+
 # %% ../nbs/04_eval.ipynb #834f0d2a
-def eval_cli(argv):
-    "`ei eval --problems FILE --model DIR --out-dir DIR [--n 8] [--max-new-tokens 30000] [--seed S] [--verify-backend B] [--allow-test-selection]`"
-    from ei_nb.cli import parser, say, nonneg_int
-    from ei_nb.core import check_output
-    from ei_nb.sample_job import add_sampling_args, sampler_options
-    p = add_sampling_args(parser('eval', 'sample, verify and score the scored set'), cap=EVAL_CAP)
-    p.add_argument('--problems', required=True); p.add_argument('--model', required=True); p.add_argument('--out-dir', required=True)
+def eval_parser():
+    "`ei eval`'s arguments (defaults: the parameters cell of nbs/04_eval.ipynb)."
+    from ei_nb.sample_job import add_sampling_args
+    d = stage_defaults('04_eval')
+    p = add_sampling_args(parser('eval', 'sample, verify and score the scored set'), '04_eval')
+    p.add_argument('--problems', required=True); p.add_argument('--model', required=True)
+    p.add_argument('--out-dir', required=True)
     p.add_argument('--split', help='keep only the problems of this split (e.g. valid)')
-    p.add_argument('--verify-backend', default='none', help='a verifier back-end (none, repl, lean, server, known) or package.module:factory')
-    p.add_argument('--allow-test-selection', action='store_true', help='allow test-split problems (one-round diagnostic)')
-    p.add_argument('--round', type=nonneg_int, default=0)
-    p.add_argument('--allow-unreplayed', action='store_true', help='score passes no kernel replay confirmed (recorded)')
-    a = p.parse_args(argv)
+    p.add_argument('--verify-backend', default=d['verify']['backend'],
+                   help='a verifier back-end (none, repl, lean, server, known) or package.module:factory')
+    p.add_argument('--allow-test-selection', action='store_true', default=d['allow_test_selection'],
+                   help='allow test-split problems (one-round diagnostic)')
+    p.add_argument('--round', type=nonneg_int, default=d['round_idx'])
+    p.add_argument('--allow-unreplayed', action='store_true',
+                   help='score passes no kernel replay confirmed (the trail records it)')
+    return p
+
+def eval_cli(argv):
+    ("`ei eval --problems FILE --model DIR --out-dir DIR [--n N] [--max-new-tokens N] [--seed S] [--verify-backend B] "
+     "...`")
+    from ei_nb.sample_job import SamplerSetup, SampleParams, sampler_options, verifier_from_args
+    a = eval_parser().parse_args(argv)
     check_output(a.out_dir, [a.problems, a.policy], '--out-dir', is_dir=True)
     problems = a.problems   # the file itself (its hash goes into stage.json), unless a split is taken out of it
     if a.split:
         problems = [q for q in read_problems(a.problems) if q['split'] == a.split]
         if not problems: raise BadInput(f'{a.problems}: no problem of split {a.split!r}')
-    return run_eval(problems, a.model, a.out_dir, a.n, a.max_new_tokens, a.seed, a.temperature, a.top_p, a.backend,
-                    sampler_options(a, EvalLayout(Path(a.out_dir)).server_log), a.verify_backend, a.lean_project, a.workers, a.timeout,
-                    a.endpoint, a.policy, a.cache_dir, a.prompt_style, a.allow_test_selection, a.round, a.chunk_problems,
-                    a.max_prompt_frac, log=say, known_proofs=a.known_proofs, max_error_frac=a.max_error_frac,
-                    allow_unreplayed=a.allow_unreplayed)
+    setup = SamplerSetup(a.backend, sampler_options(a, EvalLayout(Path(a.out_dir)).server_log), a.prompt_style,
+                         a.chunk_problems, a.max_prompt_frac)
+    return run_eval(problems, a.model, a.out_dir, SampleParams(a.n, a.temperature, a.top_p, a.max_new_tokens, a.seed),
+                    dataclasses.replace(verifier_from_args(a), allow_unreplayed=a.allow_unreplayed),
+                    setup, a.round, a.allow_test_selection, log=say)
+
+# %% ../nbs/04_eval.ipynb #16a87e80
+def eval_arm(problems, model_dir, out_dir, # the arm's problems, model and folder
+             n:int, max_new_tokens:int, seed:int, # the registered sampling
+             verify_backend:str='none', # the verifier back-end (`none`: nothing can pass)
+             allow_test_selection:bool=False, # the confirmation samples the test split
+             log=print, serve_log=None, # progress; the managed server's log (sampler served)
+             **settings) -> dict:
+    "`ei confirm`'s runner: `run_eval` with flat settings (sampling keys, `sampler`, `serve`, verifier keys, ...)."
+    from ei_nb.sample_job import SamplerSetup, SampleParams
+    from ei_nb.verify import verifier_of
+    d, s = stage_defaults('04_eval'), dict(settings)
+    take = lambda keys: {k: s.pop(k) for k in keys if k in s}
+    sampling = SampleParams.from_dict({'n': n, 'max_new_tokens': max_new_tokens, 'seed': seed,
+                                       **take(SampleParams.__dataclass_fields__)})
+    verify = verifier_of(verify_backend, s.pop('lean_project', None),
+                         **take(('workers', 'timeout', 'endpoints', 'policy', 'cache_dir',
+                                  'known_proofs', 'max_error_frac')))
+    verify = dataclasses.replace(verify, allow_unreplayed=bool(s.pop('allow_unreplayed', False)))
+    name, options = s.pop('sampler', d['sampler']), s.pop('sampler_options', None)
+    if name == 'served': options = {'serve': s.pop('serve', {}),
+                                    'log_path': str(serve_log or EvalLayout(Path(out_dir)).server_log),
+                                    **(options or {})}
+    setup = SamplerSetup(name, options,
+                         *(s.pop(k, d[k]) for k in ('prompt_style', 'chunk_problems', 'max_prompt_frac')))
+    round_idx, keep = s.pop('round_idx', d['round_idx']), take(('stage_json', 'started', 'progress'))
+    if s: raise BadInput(f'the runner does not accept the setting {next(iter(s))!r}')
+    return run_eval(problems, model_dir, out_dir, sampling, verify, setup, round_idx, allow_test_selection, log=log,
+                    **keep)

@@ -11,8 +11,8 @@ from .layout import FINAL, ROUND0_STAGES, ROUND_STAGES, RunLayout
 from .config import SECTIONS
 
 # %% auto #0
-__all__ = ['VOLATILE', 'verdicts_fingerprint', 'chain_hash', 'check_params', 'check_marker', 'finished', 'record', 'where',
-           'step_order', 'parse_redo', 'existing_markers', 'redo']
+__all__ = ['VOLATILE', 'verdicts_fingerprint', 'chain_hash', 'stable', 'check_params', 'check_marker', 'finished', 'record',
+           'where', 'step_order', 'parse_redo', 'existing_markers', 'redo']
 
 # %% ../nbs/run/markers.ipynb #8db559aa
 def verdicts_fingerprint(path) -> str|None:
@@ -27,12 +27,22 @@ VOLATILE = frozenset({'threads', 'workers', 'save_every',   # speed only: left o
 
 def chain_hash(stage:str, rnd:int, params:dict, inputs:dict, prev:str|None) -> str:
     "The chain hash of a stage: its parameters (volatile ones left out), its inputs and the previous chain."
-    return sha256_json({'stage': stage, 'round': rnd, 'params': {k: v for k, v in params.items() if k not in VOLATILE},
+    return sha256_json({'stage': stage, 'round': rnd, 'params': stable(params),
                         'inputs': inputs, 'prev': prev})
 
+def stable(params:dict) -> dict:
+    "`params` without the volatile keys, inside a group too (the `verify` dict's `workers` and `max_error_frac`)."
+    return {k: stable(v) if isinstance(v, dict) else v for k, v in params.items() if k not in VOLATILE}
+
 def _diff(old:dict, new:dict) -> list[str]:
-    return [f'{k}: {old.get(k, "<unset>")!r} -> {new.get(k, "<unset>")!r}'
-            for k in sorted(set(old) | set(new), key=str) if k not in VOLATILE and old.get(k, '<unset>') != new.get(k, '<unset>')]
+    "`key: old -> new` of each stable key that differs (`group.key` inside a group such as `sampling`)."
+    old, new, out = stable(old), stable(new), []
+    for k in sorted(set(old) | set(new), key=str):
+        a, b = old.get(k, '<unset>'), new.get(k, '<unset>')
+        if a == b: continue
+        nested = isinstance(a, dict) and isinstance(b, dict)
+        out += [f'{k}.{d}' for d in _diff(a, b)] if nested else [f'{k}: {a!r} -> {b!r}']
+    return out
 
 def check_params(marker:dict, params:dict, where:str) -> None:
     "Raise `StageFailed` (exit 3) when a finished step's parameters differ from `params`."

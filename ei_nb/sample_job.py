@@ -5,22 +5,26 @@
 # %% ../nbs/sampling/sample_job.ipynb #388dcaa2
 from __future__ import annotations
 import contextlib, time
+from dataclasses import dataclass
 from pathlib import Path
-from .core import POOL_CAP, BadInput, read_problems
+from .core import BadInput, check_output, read_problems
+from .cli import parser, say, positive_int, stage_defaults
+from .params_check import arg_type
 from .prompts import PROMPT_STYLES
-from .samplers import SAMPLER_NAMES, SampleParams, open_verifier, run_pipeline, sampling_fields, verifier_of
+from .samplers import SAMPLER_NAMES, SampleParams, open_verifier, run_pipeline, sampling_fields
+from .verify import ErrorGuard, VerifierSettings, verifier_of
 from .remote_samplers import open_sampler
 
 # %% auto #0
-__all__ = ['sample_and_verify', 'sampler_options_of', 'serve_table', 'add_sampling_args', 'sampler_options', 'verifier_settings',
-           'verifier_from_args', 'sample_cli']
+__all__ = ['sample_and_verify', 'sampler_options_of', 'SamplerSetup', 'serve_table', 'add_sampling_args', 'sampler_options',
+           'verifier_settings', 'verifier_from_args', 'sample_parser', 'sample_cli']
 
 # %% ../nbs/sampling/sample_job.ipynb #6cfda746
 def _guard(verifier, where:str):
     "The error guard of the verifier's settings (None without a verifier)."
     if verifier is None: return None
-    from ei_nb.verify import ErrorGuard, VerifierSettings
-    frac = verifier.max_error_frac if isinstance(verifier, VerifierSettings) else dict(verifier).get('max_error_frac', 0.1)
+    frac = verifier.max_error_frac if isinstance(verifier,
+                                                 VerifierSettings) else dict(verifier).get('max_error_frac', 0.1)
     return ErrorGuard(frac, where=where)
 
 def sample_and_verify(problems:list[dict], # the problems to sample
@@ -28,20 +32,25 @@ def sample_and_verify(problems:list[dict], # the problems to sample
                       samples_path, verdicts_path, # where the records go (verdicts_path None: no verification)
                       params:SampleParams, # n, temperature, top_p, max_new_tokens, seed (and the other sampling fields)
                       round_idx:int, # the `round` of the records
-                      sampler='transformers', # a sampler name, or a sampler already open (one server for several jobs of a stage)
+                      sampler='transformers',  # a sampler name, or a sampler already open (one server for several jobs
+                                               # of a stage)
                       sampler_options:dict|None=None, # served: `serve` and `log_path` (`sampler_options_of`)
-                      verifier=None, # `ei_nb.verify.VerifierSettings` (None: no verifier); its `max_error_frac` guards the stage
+                      verifier=None,  # `ei_nb.verify.VerifierSettings` (None: no verifier); its `max_error_frac` guards
+                                      # the stage
                       prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5,
                       prefill=None, # (samples, verdicts) of an earlier sampling to reuse
                       settings:dict|None=None, # what a resume must not change (kept beside the samples)
                       log=print, progress:bool|None=None) -> dict:
-    "Open the sampler (a managed server for `served`) and the verifier, run the pipeline; its stats, the load time, what sampled."
+    ("Open the sampler (a managed server for `served`) and the verifier, run the pipeline; its stats, the load time, "
+     "what sampled.")
     t0 = time.perf_counter()
-    opened = open_sampler(sampler, model_dir, sampler_options, log) if isinstance(sampler, str) else contextlib.nullcontext(sampler)
+    opened = open_sampler(sampler, model_dir, sampler_options, log) if isinstance(sampler,
+                                                                                  str) else contextlib.nullcontext(sampler)
     with opened as smp:
         load_s = time.perf_counter() - t0
         with open_verifier(verifier) as ver:
-            stats = run_pipeline(problems, smp, samples_path, params, round_idx, ver, verdicts_path, prompt_style, chunk_problems,
+            stats = run_pipeline(problems, smp, samples_path, params, round_idx, ver, verdicts_path, prompt_style,
+                                 chunk_problems,
                                  max_prompt_frac, prefill, settings=settings, log=log, progress=progress,
                                  guard=_guard(verifier, f'{Path(samples_path).name}: the verifier'))
         served = {'server': smp.record()} if hasattr(smp, 'record') else {}
@@ -55,14 +64,50 @@ def sampler_options_of(sampler:str, # transformers | vllm | openai | served
                        serve_log=None, # the server's log file (sampler served)
                       ) -> dict:
     "The `sample_and_verify` options of a stage's sampler parameters."
-    if sampler not in SAMPLER_NAMES: raise BadInput(f'unknown sampler {sampler!r}: use one of {", ".join(SAMPLER_NAMES)}')
-    if sampler == 'vllm': return {'tensor_parallel_size': tensor_parallel_size, 'data_parallel_size': data_parallel_size}
+    if sampler not in SAMPLER_NAMES: raise BadInput(f'unknown sampler {sampler!r}: use one of '
+                                                    f'{", ".join(SAMPLER_NAMES)}')
+    if sampler == 'vllm': return {'tensor_parallel_size': tensor_parallel_size,
+                                  'data_parallel_size': data_parallel_size}
     if sampler != 'served': return {}
     if (tensor_parallel_size, data_parallel_size) != (1, 1):
-        raise BadInput(f'sampler "served": its sizes are the server\'s, set in [serve] (data_parallel_size, tensor_parallel_size), not '
-                       f'in the stage (tensor_parallel_size = {tensor_parallel_size}, data_parallel_size = {data_parallel_size})')
+        raise BadInput(f'sampler "served": its sizes are the server\'s, set in [serve] (data_parallel_size, '
+                       f'tensor_parallel_size), not '
+                       f'in the stage (tensor_parallel_size = {tensor_parallel_size}, data_parallel_size = '
+                       f'{data_parallel_size})')
     if not serve_log: raise BadInput('sampler "served" needs the server\'s log file (serve_log)')
     return {'serve': dict(serve or {}), 'log_path': str(serve_log)}
+
+# %% ../nbs/sampling/sample_job.ipynb #a6768471
+@dataclass(frozen=True)
+class SamplerSetup:
+    "How a stage samples, besides the sampling parameters: the sampler and its options, the prompt style, the chunking."
+    sampler:object # transformers | vllm | openai | served, or a sampler already open (one server for several jobs)
+    options:dict|None # `sampler_options_of`
+    prompt_style:str # chat | completion
+    chunk_problems:int # problems per generate call
+    max_prompt_frac:float # prompts longer than this fraction of the context are dropped
+
+    @classmethod
+    def of_stage(cls, sampler:str, tensor_parallel_size:int, data_parallel_size:int, serve:dict, serve_log,
+                 prompt_style:str, chunk_problems:int, max_prompt_frac:float) -> 'SamplerSetup':
+        "The setup of a stage notebook's sampler parameters."
+        options = sampler_options_of(sampler, tensor_parallel_size, data_parallel_size, serve, serve_log)
+        return cls(sampler, options, prompt_style, chunk_problems, max_prompt_frac)
+
+    def record(self) -> dict:
+        "What a stage's summary says of it (the options that are set)."
+        opts = {k: v for k, v in (self.options or {}).items() if v is not None}
+        return {'backend': getattr(self.sampler, 'name', self.sampler), 'prompt_style': self.prompt_style,
+                'chunk_problems': self.chunk_problems, 'max_prompt_frac': self.max_prompt_frac, **opts}
+
+    def run(self, problems:list[dict], model_dir, samples_path, verdicts_path, params:SampleParams, round_idx:int,
+            verifier:VerifierSettings|None, prefill=None, settings:dict|None=None, log=print,
+            progress:bool|None=None) -> dict:
+        "`sample_and_verify` with this setup."
+        return sample_and_verify(problems, model_dir, samples_path, verdicts_path, params, round_idx, self.sampler,
+                                 self.options,
+                                 verifier, self.prompt_style, self.chunk_problems, self.max_prompt_frac, prefill,
+                                 settings, log=log, progress=progress)
 
 # %% ../nbs/sampling/sample_job.ipynb #ebf5b684
 def _toml_value(raw:str):
@@ -80,59 +125,81 @@ def serve_table(items) -> dict:
         out[k.strip()] = _toml_value(v)
     return out
 
-def add_sampling_args(p, cap:int=POOL_CAP, seed:int=0):
-    "The sampler, sampling and verifier options shared by `ei sample` and `ei eval`."
-    from ei_nb.cli import positive_int, positive_float, nonneg_float, open_unit_float, unit_float
-    p.add_argument('--n', type=positive_int, default=8, help='samples per problem')
-    p.add_argument('--temperature', type=nonneg_float, default=1.0); p.add_argument('--top-p', type=open_unit_float, default=0.95)
-    p.add_argument('--max-new-tokens', type=positive_int, default=cap); p.add_argument('--seed', type=int, default=seed)
-    p.add_argument('--backend', choices=SAMPLER_NAMES, default='transformers', help='sampler (served: a managed vllm serve)')
-    p.add_argument('--prompt-style', choices=PROMPT_STYLES, default='chat')
-    p.add_argument('--chunk-problems', type=positive_int, default=4, help='problems per generate call')
-    p.add_argument('--max-prompt-frac', type=open_unit_float, default=0.5, help='drop prompts longer than this fraction of the context')
-    p.add_argument('--tensor-parallel-size', type=positive_int); p.add_argument('--data-parallel-size', type=positive_int)
+def add_sampling_args(p, stage:str):
+    "The sampler, sampling and verifier options shared by `ei sample` and `ei eval`: defaults from `stage`'s notebook."
+    d = stage_defaults(stage); smp, ver = d['sampling'], d['verify']
+    ranged = lambda key: arg_type('eval', key)  # every sampling stage has the same allowed values
+                                                # (`ei_nb.params_check`)
+    p.add_argument('--n', type=ranged('n'), default=smp['n'], help='samples per problem')
+    p.add_argument('--temperature', type=ranged('temperature'), default=smp['temperature'])
+    p.add_argument('--top-p', type=ranged('top_p'), default=smp['top_p'])
+    p.add_argument('--max-new-tokens', type=ranged('max_new_tokens'), default=smp['max_new_tokens'])
+    p.add_argument('--seed', type=int, default=smp['seed'])
+    p.add_argument('--backend', choices=SAMPLER_NAMES, default=d['sampler'],
+                   help='sampler (served: a managed vllm serve)')
+    p.add_argument('--prompt-style', choices=PROMPT_STYLES, default=d['prompt_style'])
+    p.add_argument('--chunk-problems', type=ranged('chunk_problems'), default=d['chunk_problems'],
+                   help='problems per generate call')
+    p.add_argument('--max-prompt-frac', type=ranged('max_prompt_frac'), default=d['max_prompt_frac'],
+                   help='drop prompts longer than this fraction of the context')
+    p.add_argument('--tensor-parallel-size', type=positive_int)
+    p.add_argument('--data-parallel-size', type=positive_int)
     p.add_argument('--max-model-len', type=positive_int); p.add_argument('--device')
-    p.add_argument('--serve', action='append', metavar='KEY=VALUE', help='a [serve] setting of the managed server (backend served)')
+    p.add_argument('--serve', action='append', metavar='KEY=VALUE',
+                   help='a [serve] setting of the managed server (backend served)')
     p.add_argument('--serve-log', help="the managed server's log (default: logs/ next to the output)")
-    p.add_argument('--lean-project', '--project', dest='lean_project', help='Mathlib project (verify backends repl, lean)')
+    p.add_argument('--lean-project', '--project', dest='lean_project',
+                   help='Mathlib project (verify backends repl, lean)')
     p.add_argument('--workers', type=positive_int, help='parallel Lean checks (default: CPU count)')
-    p.add_argument('--timeout', type=positive_float, default=300, help='seconds per proof')
+    p.add_argument('--timeout', type=arg_type('verify', 'timeout'), default=ver['timeout'], help='seconds per proof')
     p.add_argument('--endpoint', action='append', default=[], help='checking-server URL (repeatable; backend server)')
     p.add_argument('--policy', help='verifier policy JSON'); p.add_argument('--cache-dir', help='verdict cache folder')
     p.add_argument('--known-proofs', help='Lean-accepted proofs, JSON Lines (backend known)')
-    p.add_argument('--max-error-frac', type=unit_float, default=0.1, help='stop when more Lean checks than this end in `error`')
+    p.add_argument('--max-error-frac', type=arg_type('verify', 'max_error_frac'), default=ver['max_error_frac'],
+                   help='stop when more Lean checks than this end in `error`')
     return p
 
 def sampler_options(a, default_log=None) -> dict:
-    "`open_sampler` options from parsed arguments (`default_log`: the served backend's log when --serve-log is not given)."
-    if a.backend == 'vllm': return dict(tensor_parallel_size=a.tensor_parallel_size, data_parallel_size=a.data_parallel_size, max_model_len=a.max_model_len)
-    if a.backend == 'served': return {'serve': serve_table(a.serve), 'log_path': a.serve_log or default_log or 'vllm_serve.log'}
+    ("`open_sampler` options from parsed arguments (`default_log`: the served backend's log when --serve-log is not "
+     "given).")
+    if a.backend == 'vllm':
+        return dict(tensor_parallel_size=a.tensor_parallel_size, data_parallel_size=a.data_parallel_size,
+                    max_model_len=a.max_model_len)
+    if a.backend == 'served': return {'serve': serve_table(a.serve),
+                                      'log_path': a.serve_log or default_log or 'vllm_serve.log'}
     if a.backend == 'openai': return dict(max_model_len=a.max_model_len)
     return dict(device=a.device)
 
 def verifier_settings(a) -> dict:
     "The verifier options that a resume must not change."
-    return {'verify_backend': a.verify_backend, 'lean_project': a.lean_project, 'timeout': a.timeout, 'policy': a.policy}
+    return {'verify_backend': a.verify_backend, 'lean_project': a.lean_project, 'timeout': a.timeout,
+            'policy': a.policy}
 
 def verifier_from_args(a):
     "The verifier settings of parsed arguments (None without a back-end)."
     return verifier_of(a.verify_backend, a.lean_project, a.workers, a.timeout, a.endpoint, a.policy, a.cache_dir,
                        getattr(a, 'known_proofs', None), a.max_error_frac)
 
-def sample_cli(argv):
-    "`ei sample --problems FILE --model DIR --out FILE [--n 8] ... [--backend served --serve KEY=VALUE] [--verify-backend B --verdicts FILE]`"
-    from ei_nb.cli import parser, say
-    from ei_nb.core import check_output
-    p = add_sampling_args(parser('sample', 'sample completions, optionally verified in a pipeline'))
-    p.add_argument('--problems', required=True); p.add_argument('--model', required=True); p.add_argument('--out', required=True)
-    p.add_argument('--round', type=int, default=0)
-    p.add_argument('--verify-backend', help='a verifier back-end (none, repl, lean, server, known) or package.module:factory')
+def sample_parser():
+    "`ei sample`'s arguments (defaults: the parameters cell of nbs/01_sample_verify.ipynb)."
+    p = add_sampling_args(parser('sample', 'sample completions, optionally verified in a pipeline'), '01_sample_verify')
+    p.add_argument('--problems', required=True); p.add_argument('--model', required=True)
+    p.add_argument('--out', required=True)
+    p.add_argument('--round', type=int, default=stage_defaults('01_sample_verify')['round_idx'])
+    p.add_argument('--verify-backend',
+                   help='a verifier back-end (none, repl, lean, server, known) or package.module:factory')
     p.add_argument('--verdicts')
-    a = p.parse_args(argv)
+    return p
+
+def sample_cli(argv):
+    ("`ei sample --problems FILE --model DIR --out FILE [--n N] ... [--backend served --serve KEY=VALUE] "
+     "[--verify-backend B --verdicts FILE]`")
+    a = sample_parser().parse_args(argv)
     if (a.verify_backend is None) != (a.verdicts is None): raise BadInput('--verify-backend and --verdicts go together')
     check_output(a.out, [a.problems, a.policy])
     if a.verdicts: check_output(a.verdicts, [a.problems, a.policy, a.out], '--verdicts')
     params = SampleParams(a.n, a.temperature, a.top_p, a.max_new_tokens, a.seed)
-    return sample_and_verify(read_problems(a.problems), a.model, a.out, a.verdicts, params, a.round, a.backend,
-                             sampler_options(a, Path(a.out).parent/'logs'/'vllm_sample.log'), verifier_from_args(a), a.prompt_style,
-                             a.chunk_problems, a.max_prompt_frac, settings={'model': str(Path(a.model).resolve()), **verifier_settings(a)}, log=say)
+    setup = SamplerSetup(a.backend, sampler_options(a, Path(a.out).parent/'logs'/'vllm_sample.log'), a.prompt_style,
+                         a.chunk_problems, a.max_prompt_frac)
+    return setup.run(read_problems(a.problems), a.model, a.out, a.verdicts, params, a.round, verifier_from_args(a),
+                     settings={'model': str(Path(a.model).resolve()), **verifier_settings(a)}, log=say)

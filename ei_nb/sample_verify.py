@@ -6,9 +6,10 @@
 from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
-from .core import POOL_CAP, BadInput, read_problems, read_samples, read_verdicts
-from .samplers import SampleParams, verifier_of
-from .sample_job import sample_and_verify
+from .core import BadInput, read_problems, read_samples, read_verdicts
+from .samplers import SampleParams
+from .sample_job import SamplerSetup
+from .verify import VerifierSettings
 from .eval import problem_counts, plot_pass_counts
 from .layout import RoundLayout
 
@@ -18,35 +19,31 @@ __all__ = ['run_sample_verify']
 # %% ../nbs/01_sample_verify.ipynb #df11ed11
 def run_sample_verify(problems_path, # the selected problems (selected.jsonl)
                       model_dir, # the round's input model
-                      out_dir, # the round folder: samples.jsonl, verdicts.jsonl, sample_verify.png (`RoundLayout` names them)
-                      round_idx:int=1, n:int=8, max_new_tokens:int=POOL_CAP, temperature:float=1.0, top_p:float=0.95, seed:int=0,
-                      sampler:str='transformers', sampler_options:dict|None=None,
-                      verify_backend:str='none', lean_project=None, workers:int|None=None, timeout:float=300,
-                      endpoints=None, policy=None, cache_dir=None,
-                      prompt_style:str='chat', chunk_problems:int=4, max_prompt_frac:float=0.5,
-                      seed_samples_path=None, seed_verdicts_path=None, # an earlier sampling of this model to reuse
-                      known_proofs=None, # the known-proof file of the `known` back-end
-                      log=print, progress:bool|None=None,
-                      max_error_frac:float=0.1, # more Lean checks than this share ending in `error` stop the stage (exit 3)
-                     ) -> dict:
-    "Sample and verify the selected problems into `out_dir`; returns the counts and timings (the stage's `stage.json` numbers)."
+                      out_dir,  # the round folder: samples.jsonl, verdicts.jsonl, sample_verify.png (`RoundLayout`
+                                # names them)
+                      round_idx:int, # the round (the `round` of every record)
+                      sampling:SampleParams, # n, the cap, temperature, top_p, seed
+                      verify:VerifierSettings|None, # the verifier (None: sample only)
+                      sampler:SamplerSetup, # the sampler and its options, the prompt style, the chunking
+                      seed_samples_path='', seed_verdicts_path='', # an earlier sampling of this model to reuse
+                      log=print, progress:bool|None=None) -> dict:
+    ("Sample and verify the selected problems into `out_dir`; returns the counts and timings (the stage's `stage.json` "
+     "numbers).")
     if bool(seed_samples_path) != bool(seed_verdicts_path): raise BadInput('seed samples and seed verdicts go together')
     prefill = (read_samples(seed_samples_path), read_verdicts(seed_verdicts_path)) if seed_samples_path else None
     problems, R = read_problems(problems_path), RoundLayout.in_folder(out_dir)
-    params = SampleParams(n, temperature, top_p, max_new_tokens, seed)
-    verifier = {'verify_backend': verify_backend, 'lean_project': str(lean_project) if lean_project else None,
-                'timeout': timeout, 'policy': policy}
-    stats = sample_and_verify(problems, model_dir, R.samples, R.verdicts, params, round_idx, sampler,
-                              sampler_options, verifier_of(verify_backend, lean_project, workers, timeout, endpoints, policy, cache_dir,
-                                                           known_proofs, max_error_frac),
-                              prompt_style, chunk_problems, max_prompt_frac, prefill,
-                              {'model': str(Path(model_dir).resolve()), **verifier, 'seed_samples': str(seed_samples_path or '')},
-                              log=log, progress=progress)
+    v = verify or VerifierSettings(backend=None)
+    verifier = {'verify_backend': v.backend, 'lean_project': v.project, 'timeout': v.timeout, 'policy': v.policy}
+    stats = sampler.run(problems, model_dir, R.samples, R.verdicts, sampling, round_idx, verify, prefill,
+                        {'model': str(Path(model_dir).resolve()), **verifier,
+                         'seed_samples': str(seed_samples_path or '')},
+                        log=log, progress=progress)
     import pandas as pd
     from matplotlib.figure import Figure
     verdicts = read_verdicts(R.verdicts, False)
     counts = problem_counts(pd.DataFrame(verdicts, columns=['name', 'sample_idx', 'verdict']))
-    result = stats | {'problems_with_pass': int((counts['c'] > 0).sum()), 'sampler': sampler, **asdict(params), **verifier}
-    fig = Figure(figsize=(5, 3.2)); plot_pass_counts(fig.subplots(), verdicts, n)
+    result = stats | {'problems_with_pass': int((counts['c'] > 0).sum()), 'sampler': sampler.record()['backend'],
+                      **asdict(sampling), **verifier}
+    fig = Figure(figsize=(5, 3.2)); plot_pass_counts(fig.subplots(), verdicts, sampling.n)
     fig.tight_layout(); fig.savefig(R.sample_verify_png, dpi=100)
     return result

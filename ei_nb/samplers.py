@@ -6,16 +6,17 @@
 from __future__ import annotations
 import contextlib, hashlib, json, queue, sys, threading, time
 from concurrent.futures import ThreadPoolExecutor, wait, FIRST_COMPLETED
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, fields
 from pathlib import Path
 from .core import BadInput, atomic_write_json, read_problems, read_records, sha256_json, write_records
 from .prompts import PROMPT_STYLES, render_prompt, verifiable_text
+from .verify import VerifierSettings, make_verifier, verifier_of   # verifier_of: here too for older imports
 
 # %% auto #0
-__all__ = ['DP_FIX', 'SAMPLERS', 'SAMPLER_NAMES', 'SampleParams', 'derive_seed', 'sampling_fields', 'trim_generated',
-           'transformers_generate_kwargs', 'TransformersSampler', 'vllm_engine_kwargs', 'vllm_sampling_kwargs',
-           'VllmSampler', 'make_sampler', 'plan_prompts', 'for_verifier', 'union_s', 'VerifyFeed', 'DelayVerifier',
-           'BackgroundWriter', 'run_pipeline', 'verifier_of', 'open_verifier']
+__all__ = ['DP_FIX', 'SAMPLERS', 'SAMPLER_NAMES', 'SampleParams', 'dataclass_from', 'derive_seed', 'sampling_fields',
+           'trim_generated', 'transformers_generate_kwargs', 'TransformersSampler', 'vllm_engine_kwargs',
+           'vllm_sampling_kwargs', 'VllmSampler', 'make_sampler', 'plan_prompts', 'for_verifier', 'union_s',
+           'VerifyFeed', 'DelayVerifier', 'BackgroundWriter', 'run_pipeline', 'open_verifier']
 
 # %% ../nbs/sampling/samplers.ipynb #d6861d5e
 from .core import POOL_CAP, EVAL_CAP   # the recipe's generation caps: pool sampling, evaluation
@@ -35,6 +36,19 @@ class SampleParams:
     frequency_penalty:float=0.0 # 0: none
     stop:tuple=() # stop strings (none: a sample ends at EOS or at the cap)
 
+    @classmethod
+    def from_dict(cls, d:dict, where:str='sampling') -> 'SampleParams':
+        "The parameters of a stage's `sampling` dict; an unknown key is a `BadInput` naming it."
+        return dataclass_from(cls, {**d, 'stop': tuple(d['stop'])} if 'stop' in d else d, where)
+
+def dataclass_from(cls, d:dict, where:str):
+    "`cls(**d)` for a dataclass `cls`; a key it has no field for is a `BadInput` naming it (and the keys it knows)."
+    if not isinstance(d, dict): raise BadInput(f'{where}: expected a dict, got {type(d).__name__}')
+    known = [f.name for f in fields(cls)]
+    if bad := [k for k in d if k not in known]: raise BadInput(f'{where}: unknown key {bad[0]!r}; known: '
+                                                               f'{", ".join(known)}')
+    return cls(**d)
+
 def derive_seed(seed:int, *keys) -> int:
     "A 31-bit seed from `seed` and `keys` (problem names): it does not depend on what ran before."
     return int.from_bytes(hashlib.sha256(json.dumps([seed, *keys]).encode()).digest()[:4], 'little') & 0x7fffffff
@@ -43,10 +57,11 @@ def derive_seed(seed:int, *keys) -> int:
 def sampling_fields(params:SampleParams) -> dict:
     "The sampling parameters every sampler is given, in vLLM's names (the per-problem `seed` aside)."
     if params.temperature <= 0 and params.n != 1: raise BadInput('greedy sampling (temperature 0) needs n = 1')
-    return {'n': params.n, 'temperature': params.temperature, 'top_p': params.top_p, 'top_k': params.top_k, 'min_p': params.min_p,
+    return {'n': params.n, 'temperature': params.temperature, 'top_p': params.top_p, 'top_k': params.top_k,
+            'min_p': params.min_p,
             'repetition_penalty': params.repetition_penalty, 'presence_penalty': params.presence_penalty,
-            'frequency_penalty': params.frequency_penalty, 'stop': list(params.stop), 'max_tokens': params.max_new_tokens,
-            'skip_special_tokens': True}
+            'frequency_penalty': params.frequency_penalty, 'stop': list(params.stop),
+            'max_tokens': params.max_new_tokens, 'skip_special_tokens': True}
 
 # %% ../nbs/sampling/samplers.ipynb #4935b17c
 def trim_generated(ids:list[int], # generated token ids of one row, padding included
@@ -62,11 +77,15 @@ def trim_generated(ids:list[int], # generated token ids of one row, padding incl
 def transformers_generate_kwargs(params:SampleParams) -> dict:
     "The sampling keyword arguments of transformers' `generate` for `params` (`BadInput` for what it cannot do alike)."
     f = sampling_fields(params)
-    if f['presence_penalty'] or f['frequency_penalty']: raise BadInput("sampler 'transformers' has no presence/frequency penalty: use vllm or served")
+    if f['presence_penalty'] or f['frequency_penalty']: raise BadInput("sampler 'transformers' has no "
+                                                                       "presence/frequency penalty: use vllm or served")
     if f['stop']: raise BadInput("sampler 'transformers' cannot stop on strings as vLLM does: use vllm or served")
-    if params.temperature <= 0: return {'do_sample': False, 'max_new_tokens': f['max_tokens'], 'num_return_sequences': 1}
-    return {'do_sample': True, 'temperature': f['temperature'], 'top_p': f['top_p'], 'top_k': f['top_k'], 'min_p': f['min_p'] or None,
-            'repetition_penalty': f['repetition_penalty'], 'max_new_tokens': f['max_tokens'], 'num_return_sequences': f['n']}
+    if params.temperature <= 0: return {'do_sample': False, 'max_new_tokens': f['max_tokens'],
+                                        'num_return_sequences': 1}
+    return {'do_sample': True, 'temperature': f['temperature'], 'top_p': f['top_p'], 'top_k': f['top_k'],
+            'min_p': f['min_p'] or None,
+            'repetition_penalty': f['repetition_penalty'], 'max_new_tokens': f['max_tokens'],
+            'num_return_sequences': f['n']}
 
 # %% ../nbs/sampling/samplers.ipynb #86b79654
 class TransformersSampler:
@@ -98,7 +117,8 @@ class TransformersSampler:
         rows = []
         for ids in out[:, enc['input_ids'].shape[1]:].tolist():
             kept, n_tokens, capped = trim_generated(ids, self.eos_ids, params.max_new_tokens)
-            rows.append({'completion': self.tokenizer.decode(kept, skip_special_tokens=True), 'n_tokens': n_tokens, 'capped': capped})
+            rows.append({'completion': self.tokenizer.decode(kept, skip_special_tokens=True), 'n_tokens': n_tokens,
+                         'capped': capped})
         return [rows[i*params.n:(i+1)*params.n] for i in range(len(prompts))]
 
 # %% ../nbs/sampling/samplers.ipynb #03108eea
@@ -114,7 +134,8 @@ def vllm_sampling_kwargs(params:SampleParams, seed:int) -> dict:
     return sampling_fields(params) | {'seed': seed}
 
 DP_FIX = ('sampler "vllm" runs one in-process engine: vLLM >= 0.11.1 refuses LLM(data_parallel_size > 1) (PR #27282). '
-          'Use sampler = "served" with [serve] data_parallel_size = N (a managed `vllm serve`), or data_parallel_size = 1')
+          'Use sampler = "served" with [serve] data_parallel_size = N (a managed `vllm serve`), or data_parallel_size '
+          '= 1')
 
 class VllmSampler:
     "Sampling with a vLLM engine; each prompt seeded on its own."
@@ -138,7 +159,8 @@ class VllmSampler:
                  for c in o.outputs] for o in outs]
 
 # %% ../nbs/sampling/samplers.ipynb #c7d9b59a
-SAMPLERS = {'transformers': TransformersSampler, 'vllm': VllmSampler}   # in-process; `openai` and `served`: ei_nb.remote_samplers
+SAMPLERS = {'transformers': TransformersSampler, 'vllm': VllmSampler}  # in-process; `openai` and `served`:
+                                                                       # ei_nb.remote_samplers
 SAMPLER_NAMES = ('transformers', 'vllm', 'openai', 'served')
 
 def make_sampler(backend:str, model_dir, **kw):
@@ -174,7 +196,8 @@ def union_s(intervals:list[tuple[float, float]]) -> float:
 
 # %% ../nbs/sampling/samplers.ipynb #e8870155
 class VerifyFeed:
-    "Runs `verifier.verify_stream` in a thread fed from a queue; collects verdicts and when each check ran; `guard` may stop it."
+    ("Runs `verifier.verify_stream` in a thread fed from a queue; collects verdicts and when each check ran; `guard` "
+     "may stop it.")
     def __init__(self, verifier, round_idx:int, guard=None):
         self.verifier, self.round, self.q, self.lock, self.guard = verifier, round_idx, queue.Queue(), threading.Lock(), guard
         self.verdicts, self.intervals, self.error = [], [], None
@@ -214,7 +237,8 @@ class VerifyFeed:
         return self.collected()
 
     def close(self, wait:bool=True) -> list[dict]:
-        "End the input; with `wait`, block until every verdict is in (and the guard's last count passes). The verifier gets its own `verify_one` back."
+        ("End the input; with `wait`, block until every verdict is in (and the guard's last count passes). The "
+         "verifier gets its own `verify_one` back.")
         self.q.put(None)
         if wait: self.thread.join()
         if self._orig is None: self.verifier.__dict__.pop('verify_one', None)
@@ -235,7 +259,8 @@ class DelayVerifier:
     def verify_one(self, problem:dict, sample:dict) -> dict:
         time.sleep(self.delay)
         v = self.verdict_fn(problem, sample) if self.verdict_fn else 'unchecked'
-        return {'name': sample['name'], 'sample_idx': sample['sample_idx'], 'verdict': v, 'reason': None, 'proof': None, 'verify_s': self.delay}
+        return {'name': sample['name'], 'sample_idx': sample['sample_idx'], 'verdict': v, 'reason': None,
+                'proof': None, 'verify_s': self.delay}
 
     def verify_stream(self, pairs):
         with ThreadPoolExecutor(self.workers) as ex:
@@ -268,7 +293,8 @@ def _existing(path, kind:str, names:set, round_idx:int) -> dict:
     if path is None or not Path(path).exists(): return {}
     rows = read_records(path, kind, required=False)
     bad = [r for r in rows if r['name'] not in names or r.get('round', round_idx) != round_idx]
-    if bad: raise BadInput(f'{path}: {len(bad)} record(s) are not of this run (e.g. {bad[0]["name"]!r}, round {bad[0].get("round")}): remove the file or write elsewhere')
+    if bad: raise BadInput(f'{path}: {len(bad)} record(s) are not of this run (e.g. {bad[0]["name"]!r}, round '
+                           f'{bad[0].get("round")}): remove the file or write elsewhere')
     return {(r['name'], r['sample_idx']): r for r in rows}
 
 # %% ../nbs/sampling/samplers.ipynb #d5934b6f
@@ -303,7 +329,8 @@ def _keyed(rows) -> dict: return {(r['name'], r['sample_idx']): r for r in rows}
 
 def _prefilled(prefill, order:dict, n:int, round_idx:int, need_verdicts:bool):
     "Prefilled samples and verdicts of the problems that have all `n` of them."
-    s, v = (_keyed({**r, 'round': round_idx} for r in rows if r['name'] in order and r['sample_idx'] < n) for rows in (prefill or ([], [])))
+    s, v = (_keyed({**r,
+                    'round': round_idx} for r in rows if r['name'] in order and r['sample_idx'] < n) for rows in (prefill or ([], [])))
     names = {nm for nm in order if all((nm, i) in s and (not need_verdicts or (nm, i) in v) for i in range(n))}
     return names, {k: r for k,r in s.items() if k[0] in names}, {k: r for k,r in v.items() if k[0] in names}
 
@@ -329,13 +356,16 @@ def _summary(problems, kept, dropped, samples:dict, verdicts:dict, n_resumed:int
     for v in verdicts.values(): counts[v['verdict']] = counts.get(v['verdict'], 0) + 1
     return {'n_problems': len(problems), 'n_sampled_problems': len(kept), 'n_dropped': len(dropped), 'dropped': dropped,
             'n_samples': len(samples), 'n_generated': len(samples) - n_resumed, 'n_resumed': n_resumed,
-            'n_prefilled_problems': n_prefilled, 'n_verdicts': len(verdicts), 'verdict_counts': dict(sorted(counts.items())),
-            'limit_counts': _limit_counts(verdicts),   # the proofs that ran out of time or memory (verdict fail, issue 34)
-            'mean_tokens': sum(s['n_tokens'] for s in samples.values()) / m, 'capped_frac': sum(s['capped'] for s in samples.values()) / m}
+            'n_prefilled_problems': n_prefilled, 'n_verdicts': len(verdicts),
+            'verdict_counts': dict(sorted(counts.items())),
+            'limit_counts': _limit_counts(verdicts),   # the proofs that ran out of time or memory (fail, issue 34)
+            'mean_tokens': sum(s['n_tokens'] for s in samples.values()) / m,
+            'capped_frac': sum(s['capped'] for s in samples.values()) / m}
 
 def _progress(total:int, progress):
     from tqdm.auto import tqdm
-    return tqdm(total=total, unit='sample', file=sys.stderr, mininterval=10, disable=None if progress is None else not progress)
+    return tqdm(total=total, unit='sample', file=sys.stderr, mininterval=10,
+                disable=None if progress is None else not progress)
 
 def _quiet(*args): pass
 
@@ -350,11 +380,13 @@ class _Records:
 
     def _key(self, r) -> tuple: return (self.order[r['name']], r['sample_idx'])
 
-    def _verify(self, sample:dict): self.feed.put(self.by_name[sample['name']], for_verifier(self.by_name[sample['name']], sample, self.style))
+    def _verify(self, sample:dict): self.feed.put(self.by_name[sample['name']],
+                                                  for_verifier(self.by_name[sample['name']], sample, self.style))
 
     def queue_unverified(self):
         "Send the verifier every sample on disk that has no verdict yet, in file order."
-        for k in sorted(set(self.samples) - set(self.verdicts), key=lambda k: (self.order[k[0]], k[1])) if self.feed else []:
+        for k in sorted(set(self.samples) - set(self.verdicts),
+                        key=lambda k: (self.order[k[0]], k[1])) if self.feed else []:
             self._verify(self.samples[k])
 
     def add(self, rows:list[dict]):
@@ -365,23 +397,28 @@ class _Records:
 
     def write(self):
         "Both files, atomically, each complete: the verdicts so far, every one with its sample in the samples file."
-        new_v = _keyed(self.feed.collected()) if self.feed else {}        # verdicts first: each has its sample in the snapshot below
+        new_v = _keyed(self.feed.collected()) if self.feed else {}  # verdicts first: each has its sample in the
+                                                                    # snapshot below
         with self.lock: rows = sorted(self.samples.values(), key=self._key)
         write_records(self.samples_path, rows, 'sample')
-        if self.verdicts_path: write_records(self.verdicts_path, sorted((self.verdicts | new_v).values(), key=self._key), 'verdict')
+        if self.verdicts_path: write_records(self.verdicts_path,
+                                             sorted((self.verdicts | new_v).values(), key=self._key), 'verdict')
 
 # %% ../nbs/sampling/samplers.ipynb #e1325a64
 def _sample_chunk(rec:_Records, chunk:list, sampler, params:SampleParams, round_idx:int) -> tuple[list[dict], float]:
-    "Generate one chunk, hand its samples to `rec` (and so to the verifier); the samples and the seconds generation took."
+    ("Generate one chunk, hand its samples to `rec` (and so to the verifier); the samples and the seconds generation "
+     "took.")
     tg = time.perf_counter()
     outs = sampler.generate([pr for _,pr in chunk], params, [derive_seed(params.seed, p['name']) for p,_ in chunk])
     dt = time.perf_counter() - tg
-    rows = [{'name': p['name'], 'sample_idx': i, 'round': round_idx, **o} for (p,_),os_ in zip(chunk, outs) for i,o in enumerate(os_)]
+    rows = [{'name': p['name'], 'sample_idx': i, 'round': round_idx,
+             **o} for (p,_),os_ in zip(chunk, outs) for i,o in enumerate(os_)]
     rec.add(rows)
     return rows, dt
 
 def _generate(rec:_Records, todo:list, sampler, params:SampleParams, round_idx:int, log, progress) -> dict:
-    "Generate the chunks `todo`, writing both files in the background as they end; generation seconds, tokens, and the verdicts made meanwhile."
+    ("Generate the chunks `todo`, writing both files in the background as they end; generation seconds, tokens, and "
+     "the verdicts made meanwhile.")
     writer, bar = BackgroundWriter(rec.write), _progress(sum(map(len, todo)) * params.n, progress)
     gen_s, tokens, during, ok = 0.0, 0, 0, False
     try:
@@ -392,8 +429,10 @@ def _generate(rec:_Records, todo:list, sampler, params:SampleParams, round_idx:i
             got = rec.feed.snapshot() if rec.feed else []
             n_tok = sum(r['n_tokens'] for r in rows); tokens += n_tok
             n_pass = sum(v['verdict'] == 'pass' for v in got)
-            bar.update(len(rows)); bar.set_postfix_str(f'{tokens/gen_s:.0f} tok/s, pass {n_pass}/{len(got)}', refresh=False)
-            log(f'chunk {ci+1}/{len(todo)}: {len(rows)} samples, {n_tok} tokens in {dt:.1f}s ({n_tok/dt:.0f} tok/s); verified {len(got)}, pass {n_pass}')
+            bar.update(len(rows))
+            bar.set_postfix_str(f'{tokens/gen_s:.0f} tok/s, pass {n_pass}/{len(got)}', refresh=False)
+            log(f'chunk {ci+1}/{len(todo)}: {len(rows)} samples, {n_tok} tokens in {dt:.1f}s ({n_tok/dt:.0f} tok/s); '
+                f'verified {len(got)}, pass {n_pass}')
         gen_end = time.perf_counter()
         during = len(rec.feed.snapshot()) if rec.feed else 0
         if rec.feed: rec.feed.close()
@@ -422,7 +461,8 @@ def run_pipeline(problems:list[dict], # problem records, in the order chunks are
                  progress:bool|None=None, # tqdm bar: None means only on a terminal
                  guard=None, # an `ei_nb.verify.ErrorGuard`: stops the run when too many Lean checks end in `error`
                 ) -> dict:
-    "Sample `params.n` completions per problem in chunks, verify them as they arrive, write both as they come; resumable."
+    ("Sample `params.n` completions per problem in chunks, verify them as they arrive, write both as they come; "
+     "resumable.")
     if (verifier is None) != (verdicts_path is None): raise BadInput('a verifier and a verdicts path go together')
     if style not in PROMPT_STYLES: raise BadInput(f'unknown prompt style {style!r}: use one of {PROMPT_STYLES}')
     t0 = time.perf_counter()
@@ -430,13 +470,16 @@ def run_pipeline(problems:list[dict], # problem records, in the order chunks are
     order = {p['name']: i for i,(p,_) in enumerate(kept)}
     pre_names, samples, verdicts = _prefilled(prefill, order, params.n, round_idx, verifier is not None)
     _check_resume(samples_path, {'sampler': sampler.name, **asdict(params), 'round': round_idx, 'style': style,
-                                 'chunk_problems': chunk_problems, 'max_prompt_frac': max_prompt_frac, 'problems': sha256_json(list(order)),
+                                 'chunk_problems': chunk_problems, 'max_prompt_frac': max_prompt_frac,
+                                 'problems': sha256_json(list(order)),
                                  'prefilled': sha256_json(sorted(pre_names)), **(settings or {})})
     samples |= _existing(samples_path, 'sample', set(order), round_idx)
-    old_v = {k: v for k,v in _existing(verdicts_path, 'verdict', set(order), round_idx).items() if v['verdict'] != 'error'}  # checked again
+    old_v = {k: v for k,v in _existing(verdicts_path, 'verdict', set(order),
+                                       round_idx).items() if v['verdict'] != 'error'}  # checked again
     verdicts = {k: v for k,v in (verdicts | old_v).items() if k in samples}
     n_resumed, todo = len(samples), _chunks_to_do(kept, chunk_problems, samples, params.n)
-    rec = _Records(kept, samples, verdicts, samples_path, verdicts_path, VerifyFeed(verifier, round_idx, guard) if verifier else None, style)
+    rec = _Records(kept, samples, verdicts, samples_path, verdicts_path,
+                   VerifyFeed(verifier, round_idx, guard) if verifier else None, style)
     rec.queue_unverified(); rec.write()
     gen = _generate(rec, todo, sampler, params, round_idx, log, progress)
     new_v = _keyed(rec.feed.collected()) if rec.feed else {}
@@ -445,24 +488,11 @@ def run_pipeline(problems:list[dict], # problem records, in the order chunks are
         'verified_during_generation': gen['during'], 'tokens_generated': gen['tokens'],
         'verifier_sandboxed': (getattr(verifier, 'identity', None) or {}).get('sandbox'),   # False: --unsandboxed
         'tokens_per_s': round(gen['tokens'] / gen['gen_s'], 1) if gen['gen_s'] else None,
-        'timings': _timings(t0, gen['gen_end'], gen['gen_s'], rec.feed, sum(v.get('verify_s') or 0 for v in new_v.values()))}
+        'timings': _timings(t0, gen['gen_end'], gen['gen_s'], rec.feed,
+                            sum(v.get('verify_s') or 0 for v in new_v.values()))}
 
 # %% ../nbs/sampling/samplers.ipynb #accce673
-def verifier_of(backend:str|None, # the back-end name (none, repl, lean, server, known, package.module:factory); None: no verifier
-                project=None, workers:int|None=None, timeout:float=300, endpoints=None, policy=None, cache_dir=None,
-                known_proofs=None, # the known-proof file (backend known)
-                max_error_frac:float=0.1, # the share of `error` verdicts that stops the stage (`ErrorGuard`)
-               ) -> 'VerifierSettings|None':
-    "The `ei_nb.verify.VerifierSettings` of the flat options CLIs and stage notebooks take (empty and zero: unset)."
-    if backend is None: return None
-    from ei_nb.verify import VerifierSettings
-    path = lambda v: str(v) if v else None
-    return VerifierSettings(backend=backend, project=path(project), workers=workers or None, timeout=timeout,
-                            endpoints=list(endpoints) if endpoints else None, policy=policy or None, cache_dir=path(cache_dir),
-                            known_proofs=path(known_proofs), max_error_frac=max_error_frac)
-
 def open_verifier(settings:'VerifierSettings|dict|None'):
     "A verifier from `ei_nb.verify.make_verifier` (a context manager), or an empty context without settings."
     if settings is None: return contextlib.nullcontext()
-    from ei_nb.verify import make_verifier
     return make_verifier(settings)

@@ -16,8 +16,9 @@ from .near_dup import file_digests, key_digest, pool_index, statement_digests, s
 from .eval import ProblemCounts, counts_of, problem_counts, verdict_counts
 
 # %% auto #0
-__all__ = ['pass_rates', 'sampled_by', 'measurement_sources', 'merge_measurements', 'protected_index', 'IndexedPool', 'KeyedPool',
-           'decontaminate', 'select_problems', 'plot_band', 'read_pool', 'run_select', 'select_cli']
+__all__ = ['BAND_KEYS', 'pass_rates', 'sampled_by', 'measurement_sources', 'merge_measurements', 'protected_index', 'IndexedPool',
+           'KeyedPool', 'decontaminate', 'select_problems', 'plot_band', 'read_pool', 'run_select', 'select_parser',
+           'select_cli']
 
 # %% ../nbs/00_select.ipynb #27c1ab7b
 def pass_rates(verdicts:pd.DataFrame) -> pd.DataFrame:
@@ -234,13 +235,16 @@ def read_pool(pool_path, extra_pool_paths=()) -> list:
             digests = np.concatenate([digests, statement_digests(extra)])
     return KeyedPool(pool, digests)
 
-def run_select(pool_path, results_path, out_path, protected_paths=(), lo=0.0, hi=0.75, include_zero=False,
-               max_zero=100, max_problems=300, seed=0,
+BAND_KEYS = ('lo', 'hi', 'include_zero', 'max_zero', 'max_problems', 'seed')   # the band and how many of it (`select_problems`)
+
+def run_select(pool_path, results_path, out_path, protected_paths,
+               band:dict, # some of BAND_KEYS (the notebook's lo, hi, include_zero, max_zero, max_problems, seed)
                extra_pool_paths=(), # more problem files of the pool, possibly empty (the conjectures 00b_conjecture kept)
                table:bool=True, # also return the per-problem DataFrame
                held_back_paths=(), # problem files whose problems are not selected this round (this round's conjectures)
               ) -> tuple[dict, pd.DataFrame|None]:
     "Read the inputs, select, write `out_path` atomically; raise `DataStop` when nothing is selected."
+    if bad := [k for k in band if k not in BAND_KEYS]: raise BadInput(f'band: unknown key {bad[0]!r}; known: {", ".join(BAND_KEYS)}')
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(1) as background:   # the verdicts are counted in C (no GIL) while the pool is read
         counting = background.submit(verdict_counts, results_path)
@@ -248,25 +252,34 @@ def run_select(pool_path, results_path, out_path, protected_paths=(), lo=0.0, hi
         protected = [p for path in protected_paths for p in read_problems(path)]
         counts = counting.result()
     held = {p['name'] for path in held_back_paths for p in read_problems(path, required=False)}
-    selected, summary, band = select_problems(pool, counts, protected, lo, hi, include_zero, max_zero, max_problems, seed, table, held)
-    if not selected: raise DataStop(f'no problem in the pass-rate band ({lo} < p <= {hi}): {summary}', summary)
+    selected, summary, frame = select_problems(pool, counts, protected, **band, table=table, held_back=held)
+    if not selected: raise DataStop(f'no problem in the pass-rate band ({band}): {summary}', summary)
     write_records(out_path, selected, 'problem')
-    return summary, band
+    return summary, frame
 
-def select_cli(argv):
-    "`ei select --pool FILE --results FILE --out FILE [--protected FILE ...] [--lo 0] [--hi 0.75] [--include-zero] [--max-zero N] [--max-problems N] [--seed S]`"
-    from ei_nb.cli import parser, unit_float, nonneg_int, paused_gc
+def select_parser():
+    "`ei select`'s arguments (defaults: the parameters cell of nbs/00_select.ipynb; allowed values: `ei_nb.params_check`)."
+    import argparse
+    from ei_nb.cli import parser, stage_defaults
+    from ei_nb.params_check import arg_type
+    d = stage_defaults('00_select')
     p = parser('select', 'pick pool problems in the pass-rate band')
     p.add_argument('--pool', required=True); p.add_argument('--results', required=True, help='verdict records of the pool')
     p.add_argument('--out', required=True); p.add_argument('--protected', nargs='*', default=[])
-    p.add_argument('--lo', type=unit_float, default=0.0); p.add_argument('--hi', type=unit_float, default=0.75)
-    p.add_argument('--include-zero', action='store_true'); p.add_argument('--max-zero', type=nonneg_int, default=100)
-    p.add_argument('--max-problems', type=nonneg_int, default=300); p.add_argument('--seed', type=int, default=0)
+    for k in ('lo', 'hi', 'max_zero', 'max_problems'):
+        p.add_argument(f"--{k.replace('_', '-')}", type=arg_type('select', k), default=d[k])
+    p.add_argument('--include-zero', action=argparse.BooleanOptionalAction, default=d['include_zero'])
+    p.add_argument('--seed', type=int, default=d['seed'])
     p.add_argument('--extra-pool', nargs='*', default=[], help='more problem files of the pool (e.g. kept conjectures)')
-    a = p.parse_args(argv)
+    return p
+
+def select_cli(argv):
+    "`ei select --pool FILE --results FILE --out FILE [--protected FILE ...] [--lo P] [--hi P] [--[no-]include-zero] ...`"
+    from ei_nb.cli import paused_gc
+    a = select_parser().parse_args(argv)
     if not a.lo < a.hi: raise BadInput(f'--lo {a.lo} --hi {a.hi}: need lo < hi')
     check_output(a.out, [a.pool, a.results, *a.protected, *a.extra_pool])
     with paused_gc():   # 10^5 records and dicts, no cycles among them
-        summary, _ = run_select(a.pool, a.results, a.out, a.protected, a.lo, a.hi, a.include_zero, a.max_zero, a.max_problems,
-                                a.seed, a.extra_pool, table=False)
+        summary, _ = run_select(a.pool, a.results, a.out, a.protected, {k: getattr(a, k) for k in BAND_KEYS}, a.extra_pool,
+                                table=False)
     return summary

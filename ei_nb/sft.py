@@ -7,11 +7,13 @@ from __future__ import annotations
 import json, math, random, re
 from collections import Counter, defaultdict
 from pathlib import Path
-from .core import (SFT_MAX_TOKENS, BadInput, DataStop, RecordError, iter_jsonl, lean_code_only, normalize_ws, read_problems,
-                        read_samples, read_verdicts, shared_data, statement_key, write_records)
+from .core import (SFT_MAX_TOKENS, BadInput, DataStop, RecordError, iter_jsonl, lean_code_only, normalize_ws,
+                        read_problems, read_samples, read_verdicts, shared_data, statement_key, write_records)
 from .near_dup import structural_key
 from .prompts import render_prompt
 from .rows import completion_text, encode, load_tokenizer, problem_passes, proof_text, read_logprobs
+from .cli import parser, say, positive_int, nonneg_int
+from .core import check_output, StageFailed
 
 # %% auto #0
 __all__ = ['RANKS', 'RANK_BY', 'protected_key', 'read_protected', 'protected_index', 'protected_match', 'is_protected',
@@ -51,7 +53,8 @@ def protected_index(protected) -> tuple[set, set, set]:
     return {r['name'] for r in rows}, {protected_key(s) for s in stmts}, {k for s in stmts if (k := structural_key(s)) is not None}
 
 def protected_match(problem:dict, index:tuple[set, set, set]) -> str|None:
-    "How `problem` matches a protected row: `name`, `statement` (the same key), `structural` (a near-duplicate), or None."
+    ("How `problem` matches a protected row: `name`, `statement` (the same key), `structural` (a near-duplicate), or "
+     "None.")
     if problem['name'] in index[0]: return 'name'
     if protected_key(problem['formal_statement']) in index[1]: return 'statement'
     if (k := structural_key(problem['formal_statement'])) is not None and k in index[2]: return 'structural'
@@ -66,14 +69,16 @@ RANKS = ('shortest', 'order', 'unlikely')
 
 def _unlikely_key(sv:tuple[dict, dict]) -> tuple:
     s = sv[0]
-    if 'rank_logprob' not in s: raise BadInput(f"rank 'unlikely' needs the initial log-prob of every pass: {s['name']!r} sample {s['sample_idx']} has none")
+    if 'rank_logprob' not in s: raise BadInput(f"rank 'unlikely' needs the initial log-prob of every pass: "
+                                               f"{s['name']!r} sample {s['sample_idx']} has none")
     return (s['rank_logprob'], s['sample_idx'])
 
 _RANK_KEYS = {'shortest': lambda sv: (sv[0]['n_tokens'], sv[0]['sample_idx']), 'order': lambda sv: sv[0]['sample_idx'],
               'unlikely': _unlikely_key}
 
 def rank_passes(passes:list[tuple[dict, dict]], rank:str='shortest') -> list[tuple[dict, dict]]:
-    "`passes` ordered by `rank`: `shortest` (completion `n_tokens`, then `sample_idx`), `order` (`sample_idx`) or `unlikely` (`rank_logprob`, the sample's initial log-prob the lever ranks by, lowest first, then `sample_idx`)."
+    ("`passes` ordered by `rank`: `shortest` (completion `n_tokens`, then `sample_idx`), `order` (`sample_idx`) or "
+     "`unlikely` (`rank_logprob`, the sample's initial log-prob the lever ranks by, lowest first, then `sample_idx`).")
     if rank not in RANKS: raise BadInput(f'unknown rank {rank!r}: use one of {RANKS}')
     return sorted(passes, key=_RANK_KEYS[rank])
 
@@ -95,7 +100,8 @@ def select_proofs(passes:list[tuple[dict, dict]], # one problem's passes
 
 # %% ../nbs/02_sft.ipynb #9e3bb6ee
 def measure_passes(prompt:str, ps:list[tuple[dict, dict]], tok) -> tuple[int, dict[int, str], dict[int, int]]:
-    "Prompt tokens, and per `sample_idx` the completion (without a trailing EOS text) and the row length (prompt + completion + EOS)."
+    ("Prompt tokens, and per `sample_idx` the completion (without a trailing EOS text) and the row length (prompt + "
+     "completion + EOS).")
     n_prompt = len(encode(tok, [prompt])[0])
     comps = {s['sample_idx']: completion_text(s, tok.eos_token) for s, _ in ps}
     capped = {s['sample_idx']: s['capped'] for s, _ in ps}
@@ -108,19 +114,23 @@ def add_capped_rows(rows:list[dict], # the round's ordinary SFT rows
                     kind:str, # names the counts (`{kind}_rows`, `{kind}_rows_over_frac`) and seeds the draw
                     seed:int=0, # the draw over the cap: `random.Random(f'{seed}:{kind}')`
                    ) -> tuple[list[dict], dict]:
-    "The rows with `extra` appended (in their order), up to `max_frac` of the total: a seeded uniform draw when over the cap; and counts."
+    ("The rows with `extra` appended (in their order), up to `max_frac` of the total: a seeded uniform draw when over "
+     "the cap; and counts.")
     if not 0 <= max_frac < 1: raise BadInput(f'max_{kind}_frac must be in [0, 1), got {max_frac}')
     room = math.floor(max_frac * len(rows) / (1 - max_frac) + 1e-9)
     keep = set(range(len(extra)))
     if len(extra) > room:   # uniform, not by length: shortest-first favoured easy seeds, short statements, short answers
-        keep = set(random.Random(f'{seed}:{kind}').sample(sorted(keep, key=lambda i: (extra[i]['name'], extra[i]['sample_idx'], i)), room))
+        keep = set(random.Random(f'{seed}:{kind}').sample(sorted(keep,
+                                                                 key=lambda i: (extra[i]['name'],
+                                                                                extra[i]['sample_idx'], i)), room))
     chosen = [r for i, r in enumerate(extra) if i in keep]
     return rows + chosen, {f'{kind}_rows': len(chosen), f'{kind}_rows_over_frac': len(extra) - len(chosen)}
 
-def sft_row(name:str, sample:dict, round_idx:int, prompt:str, completion:str, n_prompt:int, n_tokens:int, **extra) -> dict:
+def sft_row(name:str, sample:dict, round_idx:int, prompt:str, completion:str, n_prompt:int, n_tokens:int,
+            **extra) -> dict:
     "One SFT row: the exact sampling prompt, the completion, its lengths and provenance (`extra` appended)."
-    return {'name': name, 'sample_idx': sample['sample_idx'], 'round': round_idx, 'prompt': prompt, 'completion': completion,
-            'eos': not sample['capped'], 'n_tokens': n_tokens, 'n_prompt_tokens': n_prompt,
+    return {'name': name, 'sample_idx': sample['sample_idx'], 'round': round_idx, 'prompt': prompt,
+            'completion': completion, 'eos': not sample['capped'], 'n_tokens': n_tokens, 'n_prompt_tokens': n_prompt,
             'completion_tokens': sample['n_tokens']} | extra
 
 # %% ../nbs/02_sft.ipynb #a13736fd
@@ -140,13 +150,16 @@ def rank_logprob(lp:tuple[float, int], # (summed log-prob, scored tokens) of one
 def group_logprobs(name:str, idxs, logprobs:dict) -> dict[int, tuple[float, int]]:
     "The (summed log-prob, tokens) of every sample `idxs` of problem `name`; a missing or malformed one is refused."
     missing = [i for i in idxs if (name, i) not in logprobs]
-    if missing: raise BadInput(f'no log-prob for sample {(name, missing[0])} ({len(missing)} of the problem missing): the lever ranks '
+    if missing: raise BadInput(f'no log-prob for sample {(name, missing[0])} ({len(missing)} of the problem missing): '
+                               f'the lever ranks '
                                'every sample of each problem with a pass (`ei_nb.sharpen.score_groups`)')
     if bad := [i for i in idxs if not (isinstance(logprobs[name, i], (tuple, list)) and len(logprobs[name, i]) == 2)]:
-        raise BadInput(f'log-prob of {(name, bad[0])} is {logprobs[name, bad[0]]!r}: expected (summed log-prob, tokens), see `logprob_table`')
+        raise BadInput(f'log-prob of {(name, bad[0])} is {logprobs[name, bad[0]]!r}: expected (summed log-prob, '
+                       f'tokens), see `logprob_table`')
     return {i: (float(logprobs[name, i][0]), int(logprobs[name, i][1])) for i in idxs}
 
-def with_logprobs(passes:list[tuple[dict, dict]], group:dict[int, tuple], rank_by:str='mean') -> list[tuple[dict, dict]]:
+def with_logprobs(passes:list[tuple[dict, dict]], group:dict[int, tuple],
+                  rank_by:str='mean') -> list[tuple[dict, dict]]:
     "`passes` with `logprob0` (summed), `logprob0_mean` and `rank_logprob` (what `unlikely` ranks by) on each sample."
     return [(s | {'logprob0': group[s['sample_idx']][0], 'logprob0_mean': rank_logprob(group[s['sample_idx']], 'mean'),
                   'rank_logprob': rank_logprob(group[s['sample_idx']], rank_by)}, v) for s, v in passes]
@@ -165,7 +178,8 @@ def rank_factor(r:int, # ascending rank in the group (0 = least likely)
     return 1 - beta_rank * r / G
 
 def group_advantages(ranks:dict[int, int], correct:set, beta_rank:float) -> dict[int, float]:
-    "The trainer's advantages: rewards `rank_factor` (correct) or 0, minus the group mean, over the unbiased std + 1e-6 (a group of 1: mean 0, std 1)."
+    ("The trainer's advantages: rewards `rank_factor` (correct) or 0, minus the group mean, over the unbiased std + "
+     "1e-6 (a group of 1: mean 0, std 1).")
     G = len(ranks)
     f = {i: rank_factor(r, G, beta_rank) if i in correct else 0.0 for i, r in ranks.items()}
     if G == 1: return {i: x / (1 + 1e-6) for i, x in f.items()}
@@ -174,7 +188,8 @@ def group_advantages(ranks:dict[int, int], correct:set, beta_rank:float) -> dict
     return {i: (x - mean) / (std + 1e-6) for i, x in f.items()}
 
 def kept_weights(adv:dict[int, float], kept:list[int], beta_rank:float) -> dict[int, float]:
-    "Row weights of a problem's kept samples: advantages clipped at 0, the positive ones rescaled to mean 1 (beta_rank 0 or a lone row: 1)."
+    ("Row weights of a problem's kept samples: advantages clipped at 0, the positive ones rescaled to mean 1 "
+     "(beta_rank 0 or a lone row: 1).")
     pos = {i: adv[i] for i in kept if adv[i] > 0}
     if beta_rank == 0 or len(kept) == 1 or not pos: return {i: 1.0 for i in kept}
     return {i: len(pos) * pos[i] / sum(pos.values()) if i in pos else 0.0 for i in kept}
@@ -182,10 +197,12 @@ def kept_weights(adv:dict[int, float], kept:list[int], beta_rank:float) -> dict[
 def lever_fields(group:dict[int, tuple], # (summed log-prob, tokens) of every sample of the problem
                  correct:set, kept:list[int], # the correct samples; the kept ones (they get fields)
                  rank:str, rank_by:str, beta_rank:float) -> dict[int, dict]:
-    "By kept `sample_idx`: the lever's row fields (rule, log-probs, `logprob_rank`, `group_size`, `n_correct`, `advantage`, `weight`)."
+    ("By kept `sample_idx`: the lever's row fields (rule, log-probs, `logprob_rank`, `group_size`, `n_correct`, "
+     "`advantage`, `weight`).")
     ranks = group_ranks({i: rank_logprob(lp, rank_by) for i, lp in group.items()})
     G, adv = len(ranks), group_advantages(ranks, correct, beta_rank)
-    w = kept_weights(adv, kept, 0.0 if len(correct) == G else beta_rank)   # no contrast: the trainer skips the group (the keep rules drop it)
+    w = kept_weights(adv, kept, 0.0 if len(correct) == G else beta_rank)  # no contrast: the trainer skips the group
+                                                                          # (the keep rules drop it)
     return {i: {'rank_rule': rank, 'rank_by': rank_by, 'beta_rank': beta_rank, 'logprob0': group[i][0],
                 'logprob0_mean': rank_logprob(group[i], 'mean'), 'logprob_rank': G - 1 - ranks[i], 'group_size': G,
                 'n_correct': len(correct), 'advantage': adv[i], 'weight': w[i]} for i in kept}
@@ -194,20 +211,27 @@ def lever_fields(group:dict[int, tuple], # (summed log-prob, tokens) of every sa
 def _check_lever(lever:bool, rank:str, rank_by:str, beta_rank:float, logprobs) -> None:
     if not 0 <= beta_rank <= 1: raise BadInput(f'beta_rank must be in [0, 1], got {beta_rank}')
     if rank_by not in RANK_BY: raise BadInput(f'unknown rank_by {rank_by!r}: use one of {RANK_BY}')
-    if lever and logprobs is None: raise BadInput(f"rank {rank!r} with beta_rank {beta_rank} needs the log-prob of every sample under the model that sampled (`logprobs`)")
+    if lever and logprobs is None: raise BadInput(f"rank {rank!r} with beta_rank {beta_rank} needs the log-prob of "
+                                                  f"every sample under the model that sampled (`logprobs`)")
 
-def _problem_rows(p:dict, ps:list, tok, style:str, round_idx:int, solved_all:bool, keep:tuple, group:dict|None, lever:tuple) -> tuple[list, list]:
-    "One problem's rows and candidates: `keep` = (max_per_problem, rank, max_tokens); `group`, `lever` = (rank, rank_by, beta_rank) when the lever is on."
+def _problem_rows(p:dict, ps:list, tok, style:str, round_idx:int, solved_all:bool, keep:tuple, group:dict|None,
+                  lever:tuple) -> tuple[list, list]:
+    ("One problem's rows and candidates: `keep` = (max_per_problem, rank, max_tokens); `group`, `lever` = (rank, "
+     "rank_by, beta_rank) when the lever is on.")
     if group is not None: ps = with_logprobs(ps, group, lever[1])
     prompt = render_prompt(p, tok, style)
     n_prompt, comps, lengths = measure_passes(prompt, ps, tok)
     labels = [(s['sample_idx'], 'all_solved') for s,_ in ps] if solved_all else select_proofs(ps, lengths, *keep)
     kept = [i for i, status in labels if status == 'kept']
     extra = lever_fields(group, {s['sample_idx'] for s,_ in ps}, kept, *lever) if group is not None and kept else {}
-    labels = [(i, 'zero_weight' if status == 'kept' and extra.get(i, {}).get('weight', 1) <= 0 else status) for i, status in labels]
+    labels = [(i,
+               'zero_weight' if status == 'kept' and extra.get(i, {}).get('weight',
+                                                                          1) <= 0 else status) for i, status in labels]
     by_idx = {s['sample_idx']: s for s, _ in ps}
-    rows = [sft_row(p['name'], by_idx[i], round_idx, prompt, comps[i], n_prompt, lengths[i], **extra.get(i, {})) for i, st in labels if st == 'kept']
-    return rows, [{'name': p['name'], 'sample_idx': i, 'n_tokens': lengths[i], 'status': status} for i, status in labels]
+    rows = [sft_row(p['name'], by_idx[i], round_idx, prompt, comps[i], n_prompt, lengths[i],
+                    **extra.get(i, {})) for i, st in labels if st == 'kept']
+    return rows, [{'name': p['name'], 'sample_idx': i, 'n_tokens': lengths[i],
+                   'status': status} for i, status in labels]
 
 def sample_groups(samples:list[dict]) -> dict[str, list[int]]:
     "The `sample_idx` of every sample of each problem, in file order."
@@ -224,9 +248,12 @@ def build_sft_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
                    max_tokens:int=SFT_MAX_TOKENS, # rows longer than this (prompt + completion) are dropped
                    protected=(), # rows with `name`/`formal_statement` that must never appear
                    style:str='chat', # prompt style used for sampling
-                   logprobs:dict|None=None, # `logprob_table` of every sample of each problem with a pass, under the model that sampled
-                   beta_rank:float=0.0, # the trainer's rank penalty, weights normalised per problem (0: off, every row weighs 1)
-                   rank_by:str='mean', # the lever ranks by the per-token `mean` log-prob (the paper's trainer) or the `sum`
+                   logprobs:dict|None=None,  # `logprob_table` of every sample of each problem with a pass, under the
+                                             # model that sampled
+                   beta_rank:float=0.0,  # the trainer's rank penalty, weights normalised per problem (0: off, every row
+                                         # weighs 1)
+                   rank_by:str='mean',  # the lever ranks by the per-token `mean` log-prob (the paper's trainer) or the
+                                        # `sum`
                   ) -> tuple[list[dict], dict]:
     "SFT rows by the keep rules, and stats (counts, and every pass with its length and fate in `candidates`)."
     tok, lever = load_tokenizer(tokenizer), rank == 'unlikely' or beta_rank != 0
@@ -241,7 +268,8 @@ def build_sft_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
         solved_all = len(ps) == n[p['name']]
         st['dropped_all_solved'] += solved_all
         group = group_logprobs(p['name'], groups[p['name']], logprobs) if lever and not solved_all else None
-        got, cs = _problem_rows(p, ps, tok, style, round_idx, solved_all, (max_per_problem, rank, max_tokens), group, (rank, rank_by, beta_rank))
+        got, cs = _problem_rows(p, ps, tok, style, round_idx, solved_all, (max_per_problem, rank, max_tokens), group,
+                                (rank, rank_by, beta_rank))
         rows += got; cands += cs
     status = Counter(c['status'] for c in cands)
     stats = {'rows': len(rows), 'problems': len({r['name'] for r in rows}), 'dropped_too_long': status['too_long'],
@@ -275,8 +303,8 @@ def demo_sft_inputs(out_dir, # folder for problems.jsonl, samples.jsonl, verdict
             text = f'The proof follows the informal argument.\n\n```lean4\n{code}\n```'
             samples.append({'name': p['name'], 'sample_idx': i, 'round': round_idx, 'completion': text,
                             'n_tokens': count(text), 'capped': False})
-            verdicts.append({'name': p['name'], 'sample_idx': i, 'verdict': verdict, 'reason': None if verdict=='pass' else 'crafted',
-                             'proof': code, 'verify_s': 0.0})
+            verdicts.append({'name': p['name'], 'sample_idx': i, 'verdict': verdict,
+                             'reason': None if verdict=='pass' else 'crafted', 'proof': code, 'verify_s': 0.0})
     paths = {k: out_dir/f'{k}.jsonl' for k in ('problems', 'samples', 'verdicts')}
     write_records(paths['problems'], problems, 'problem')
     write_records(paths['samples'], samples, 'sample')
@@ -286,18 +314,23 @@ def demo_sft_inputs(out_dir, # folder for problems.jsonl, samples.jsonl, verdict
 # %% ../nbs/02_sft.ipynb #37264899
 def sft_data_cli(argv:list[str]) -> dict:
     "`ei sft-data --problems F --verdicts F --samples F --out F --tokenizer DIR [...]`: SFT rows by the keep rules."
-    from ei_nb.cli import parser, say, positive_int, nonneg_int
-    from ei_nb.core import SFT_MAX_TOKENS, check_output
     p = parser('sft-data', 'build SFT rows from verified samples (02_sft)')
     for f in ('--problems', '--verdicts', '--samples', '--out'): p.add_argument(f, required=True)
-    p.add_argument('--tokenizer', help='tokenizer directory of the model that sampled (usually the model dir); required')
-    p.add_argument('--max-per-problem', type=positive_int, default=4); p.add_argument('--rank', choices=RANKS, default='shortest')
-    p.add_argument('--max-tokens', type=positive_int, default=SFT_MAX_TOKENS); p.add_argument('--min-rows', type=nonneg_int, default=50)
+    p.add_argument('--tokenizer',
+                   help='tokenizer directory of the model that sampled (usually the model dir); required')
+    p.add_argument('--max-per-problem', type=positive_int, default=4)
+    p.add_argument('--rank', choices=RANKS, default='shortest')
+    p.add_argument('--max-tokens', type=positive_int, default=SFT_MAX_TOKENS)
+    p.add_argument('--min-rows', type=nonneg_int, default=50)
     p.add_argument('--round', type=nonneg_int, default=0); p.add_argument('--style', default='chat')
     p.add_argument('--protected', action='append', default=[], help='protected problems file (repeatable)')
-    p.add_argument('--logprobs', help='log-probs of every sample of each problem with a pass under the model that sampled (`ei logprobs --groups`): needed by --rank unlikely and --beta-rank')
-    p.add_argument('--beta-rank', type=float, default=0.0, help="the paper's trainer's rank penalty 1 - beta_rank r/G, weights normalised per problem (0: off)")
-    p.add_argument('--rank-by', choices=RANK_BY, default='mean', help='the lever ranks by the per-token mean log-prob (the paper) or the sum')
+    p.add_argument('--logprobs',
+                   help='log-probs of every sample of each problem with a pass under the model that sampled (`ei '
+                        'logprobs --groups`): needed by --rank unlikely and --beta-rank')
+    p.add_argument('--beta-rank', type=float, default=0.0,
+                   help="the paper's trainer's rank penalty 1 - beta_rank r/G, weights normalised per problem (0: off)")
+    p.add_argument('--rank-by', choices=RANK_BY, default='mean',
+                   help='the lever ranks by the per-token mean log-prob (the paper) or the sum')
     a = p.parse_args(argv)
     check_output(a.out, [a.problems, a.verdicts, a.samples, *a.protected] + ([a.logprobs] if a.logprobs else []))
     logprobs = logprob_table(read_logprobs(a.logprobs)) if a.logprobs else None
@@ -315,10 +348,11 @@ def check_rows_not_protected(rows:list[dict], # the SFT rows
                              problems:list[dict], # the round's problems (for each row's statement)
                              protected:list[dict], # rows with `name` and optional `formal_statement`
                             ) -> None:
-    "Raise `StageFailed` if any SFT row is a protected problem, by name, by statement key or as a structural near-duplicate."
-    from ei_nb.core import StageFailed
+    ("Raise `StageFailed` if any SFT row is a protected problem, by name, by statement key or as a structural "
+     "near-duplicate.")
     index, stmts = protected_index(protected), {q['name']: q['formal_statement'] for q in problems}
     for i, row in enumerate(rows):
         own = row.get('formal_statement')   # a conjecturer row carries the statement it teaches
-        if any(is_protected({'name': row['name'], 'formal_statement': st}, index) for st in (stmts.get(row['name']) or '', own or '')):
+        if any(is_protected({'name': row['name'], 'formal_statement': st},
+                            index) for st in (stmts.get(row['name']) or '', own or '')):
             raise StageFailed(f"SFT row {i} is protected problem {row['name']!r}: refusing to train")

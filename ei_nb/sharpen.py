@@ -8,12 +8,15 @@ import math, random, time
 from collections import defaultdict
 from pathlib import Path
 import numpy as np
-from .core import SFT_MAX_TOKENS, BadInput, atomic_path
+from .core import (SFT_MAX_TOKENS, BadInput, atomic_path, iter_jsonl, read_problems, read_samples, read_verdicts,
+                        write_records, atomic_write_json)
 from .eval import pass_at_k_array, problem_counts
 from .prompts import render_prompt
-from .rows import (collate, completion_text, join_passes, load_tokenizer, micro_batches, problem_passes, proof_text, read_logprobs,
-                        tokenize_rows)
+from .rows import (collate, completion_text, join_passes, load_tokenizer, micro_batches, problem_passes,
+                        proof_text, read_logprobs, tokenize_rows)
 from .train import token_logprobs
+from .layout import read_stage_json
+from .cli import parser, say
 
 # %% auto #0
 __all__ = ['example_logprobs', 'group_rows', 'correct_rows', 'subsample_problems', 'load_scorer', 'score_rows', 'score_passes',
@@ -42,7 +45,8 @@ def group_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
                tokenizer, # tokenizer of the model that sampled (its chat template renders the prompt)
                style:str='chat' # prompt style used for sampling
               ) -> list[dict]:
-    "One row per sample of each problem with a `pass`: `name`, `sample_idx`, `prompt`, `completion`, `eos`, `correct`, `n_samples`, and the normalised `proof` of a pass."
+    ("One row per sample of each problem with a `pass`: `name`, `sample_idx`, `prompt`, `completion`, `eos`, "
+     "`correct`, `n_samples`, and the normalised `proof` of a pass.")
     passes, n = problem_passes(problems, samples, verdicts)
     by_name, eos, rows = defaultdict(list), tokenizer.eos_token, []
     for s in samples: by_name[s['name']].append(s)
@@ -50,19 +54,22 @@ def group_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
         if not (ps := passes.get(p['name'])): continue
         prompt, ok = render_prompt(p, tokenizer, style), {s['sample_idx']: v for s, v in ps}
         for s in by_name[p['name']]:
-            rows.append({'name': p['name'], 'sample_idx': s['sample_idx'], 'prompt': prompt, 'completion': completion_text(s, eos),
+            rows.append({'name': p['name'], 'sample_idx': s['sample_idx'], 'prompt': prompt,
+                         'completion': completion_text(s, eos),
                          'eos': not s['capped'], 'correct': s['sample_idx'] in ok, 'n_samples': n[p['name']]}
                         | ({'proof': proof_text(s, ok[s['sample_idx']])} if s['sample_idx'] in ok else {}))
     return rows
 
-def correct_rows(problems:list[dict], samples:list[dict], verdicts:list[dict], tokenizer, style:str='chat') -> list[dict]:
+def correct_rows(problems:list[dict], samples:list[dict], verdicts:list[dict], tokenizer,
+                 style:str='chat') -> list[dict]:
     "The `pass` rows of `group_rows`."
     return [r for r in group_rows(problems, samples, verdicts, tokenizer, style) if r['correct']]
 
 # %% ../nbs/03c_sharpen.ipynb #27a7ae0d
 def subsample_problems(rows:list[dict], max_samples:int|None=None, # at most this many rows (None: all)
                        seed:int=0) -> list[dict]:
-    "The rows of the longest prefix of a seeded shuffle of the problems that holds at most `max_samples` rows, in their order."
+    ("The rows of the longest prefix of a seeded shuffle of the problems that holds at most `max_samples` rows, in "
+     "their order.")
     if max_samples is None or len(rows) <= max_samples: return list(rows)
     size = defaultdict(int)
     for r in rows: size[r['name']] += 1
@@ -87,11 +94,13 @@ def load_scorer(model_dir, device=None, # default: cuda when available
 def score_rows(model, tokenizer, rows:list[dict], pack_tokens:int=0, chunk:int=4096,
                per_token:bool=False # also return each row's per-token log-probs (`token_logprobs`)
               ) -> list[dict]:
-    "`name`, `sample_idx`, `logprob` (summed over the completion tokens), `n_tokens` (and the row's `correct`) of each row under `model`."
+    ("`name`, `sample_idx`, `logprob` (summed over the completion tokens), `n_tokens` (and the row's `correct`) of "
+     "each row under `model`.")
     examples, empty = tokenize_rows(rows, tokenizer, max_tokens=math.inf)
     if empty: raise BadInput(f'{empty} row(s) have no completion token to score')
     lps = example_logprobs(model, examples, pack_tokens, chunk)
-    return [{'name': r['name'], 'sample_idx': r['sample_idx'], 'logprob': float(lp.sum(dtype=np.float64)), 'n_tokens': len(lp)}
+    return [{'name': r['name'], 'sample_idx': r['sample_idx'], 'logprob': float(lp.sum(dtype=np.float64)),
+             'n_tokens': len(lp)}
             | ({'correct': r['correct']} if 'correct' in r else {}) | ({'token_logprobs': lp} if per_token else {}) for r, lp in zip(rows, lps)]
 
 # %% ../nbs/03c_sharpen.ipynb #ac869e68
@@ -100,15 +109,20 @@ def score_passes(model_dir, problems:list[dict], samples:list[dict], verdicts:li
                  max_samples:int|None=None, seed:int=0, # cap: whole problems of a seeded shuffle (`subsample_problems`)
                  only=None, # score only these `(name, sample_idx)` pairs (None: every pass)
                  pack_tokens:int=0, device=None) -> list[dict]:
-    "`score_rows` of the pass samples of a round under the model in `model_dir` (`name`, `sample_idx`, `logprob`, `n_tokens`, `correct`)."
-    return _score(correct_rows, model_dir, problems, samples, verdicts, style, max_samples, seed, only, pack_tokens, device)
+    ("`score_rows` of the pass samples of a round under the model in `model_dir` (`name`, `sample_idx`, `logprob`, "
+     "`n_tokens`, `correct`).")
+    return _score(correct_rows, model_dir, problems, samples, verdicts, style, max_samples, seed, only, pack_tokens,
+                  device)
 
 def score_groups(model_dir, problems:list[dict], samples:list[dict], verdicts:list[dict], style:str='chat',
                  max_samples:int|None=None, seed:int=0, only=None, pack_tokens:int=0, device=None) -> list[dict]:
-    "`score_passes` of every sample of each problem with a pass (`group_rows`): the groups the lever and the diagnostic rank."
-    return _score(group_rows, model_dir, problems, samples, verdicts, style, max_samples, seed, only, pack_tokens, device)
+    ("`score_passes` of every sample of each problem with a pass (`group_rows`): the groups the lever and the "
+     "diagnostic rank.")
+    return _score(group_rows, model_dir, problems, samples, verdicts, style, max_samples, seed, only, pack_tokens,
+                  device)
 
-def _score(make_rows, model_dir, problems, samples, verdicts, style, max_samples, seed, only, pack_tokens, device) -> list[dict]:
+def _score(make_rows, model_dir, problems, samples, verdicts, style, max_samples, seed, only, pack_tokens,
+           device) -> list[dict]:
     tok = load_tokenizer(model_dir)
     rows = make_rows(problems, samples, verdicts, tok, style)
     if only is not None: rows = [r for r in rows if (r['name'], r['sample_idx']) in set(only)]
@@ -116,9 +130,11 @@ def _score(make_rows, model_dir, problems, samples, verdicts, style, max_samples
     return score_rows(load_scorer(model_dir, device), tok, rows, pack_tokens) if rows else []
 
 # %% ../nbs/03c_sharpen.ipynb #e3571b84
-def rank_by_logprob(scored, # DataFrame (or records) with `name`, `sample_idx`, the column `col`, and optionally `correct`
+def rank_by_logprob(scored,  # DataFrame (or records) with `name`, `sample_idx`, the column `col`, and optionally
+                             # `correct`
                     col:str='logprob0') -> 'pd.DataFrame':
-    "`scored` with `rank` (0 = most likely sample of its problem under `col`, ties by `sample_idx`), `group_size` (G) and `n_correct`."
+    ("`scored` with `rank` (0 = most likely sample of its problem under `col`, ties by `sample_idx`), `group_size` (G) "
+     "and `n_correct`.")
     import pandas as pd
     df = pd.DataFrame(scored)
     if 'correct' not in df: df = df.assign(correct=True)
@@ -141,21 +157,24 @@ def uplift_table(ranked) -> 'pd.DataFrame':
 
 # %% ../nbs/03c_sharpen.ipynb #5741b3a2
 def uplift_summary(ranked) -> dict:
-    "Over correct samples: the uplift rate, the rates of the likely (r < G/2) and unlikely halves of problems with 2+ correct samples, and their difference `sharpening`."
+    ("Over correct samples: the uplift rate, the rates of the likely (r < G/2) and unlikely halves of problems with 2+ "
+     "correct samples, and their difference `sharpening`.")
     ranked = _correct(ranked)
     up = ranked['logprob1'] > ranked['logprob0']
     contrast = ranked['n_correct'] >= 2
     likely = contrast & (ranked['rank'] < ranked['group_size'] / 2)
     unlikely = contrast & ~likely
     rate = lambda m: float(up[m].mean()) if m.any() else float('nan')
-    return {'samples': int(len(ranked)), 'problems': int(ranked['name'].nunique()), 'uplift_rate': float(up.mean()) if len(up) else float('nan'),
+    return {'samples': int(len(ranked)), 'problems': int(ranked['name'].nunique()),
+            'uplift_rate': float(up.mean()) if len(up) else float('nan'),
             'likely_half_rate': rate(likely), 'unlikely_half_rate': rate(unlikely),
             'sharpening': rate(likely) - rate(unlikely),
             'mean_change': float((ranked['logprob1'] - ranked['logprob0']).mean()) if len(ranked) else float('nan')}
 
 # %% ../nbs/03c_sharpen.ipynb #e75a65bd
 def kept_change(ranked, kept) -> dict:
-    "Count and mean log-prob change of the correct samples that were kept (`kept`: `(name, sample_idx)` pairs, e.g. from the SFT rows) and of the others."
+    ("Count and mean log-prob change of the correct samples that were kept (`kept`: `(name, sample_idx)` pairs, e.g. "
+     "from the SFT rows) and of the others.")
     kept, ranked = {(n, i) for n, i in kept}, _correct(ranked)
     is_kept = np.array([(n, i) in kept for n, i in zip(ranked['name'], ranked['sample_idx'])], dtype=bool)
     change = (ranked['logprob1'] - ranked['logprob0']).to_numpy()
@@ -174,7 +193,8 @@ def pass_at_n_curve(verdicts, # verdict records or DataFrame (`name`, `sample_id
     import pandas as pd
     c = problem_counts(pd.DataFrame(verdicts, columns=['name', 'sample_idx', 'verdict']))
     if not len(c): return {}
-    return {N: float(pass_at_k_array(c['n'].to_numpy(), c['c'].to_numpy(), N).mean()) for N in doubling(int(c['n'].min()))}
+    return {N: float(pass_at_k_array(c['n'].to_numpy(), c['c'].to_numpy(),
+                                     N).mean()) for N in doubling(int(c['n'].min()))}
 
 # %% ../nbs/03c_sharpen.ipynb #53958182
 def distinct_correct(samples:list[dict], verdicts:list[dict]) -> dict[str, int]:
@@ -192,8 +212,8 @@ def plot_uplift(ax, table, # `uplift_table` of a round
     ax.set_zorder(counts.get_zorder() + 1); ax.patch.set_visible(False)
     ax.plot(table.index, table['rate'], 'o-', color='tab:blue', label=label)
     ax.axhline(0.5, color='k', lw=0.5, ls=':')
-    ax.set(xlabel='rank among all samples by initial log-prob (0 = most likely)', ylabel='uplift rate', ylim=(-0.02, 1.02),
-           title='uplift rate by rank (falling = sharpening)')
+    ax.set(xlabel='rank among all samples by initial log-prob (0 = most likely)', ylabel='uplift rate',
+           ylim=(-0.02, 1.02), title='uplift rate by rank (falling = sharpening)')
     ax.set_xticks(list(table.index))
     return ax
 
@@ -216,27 +236,30 @@ def save_uplift_png(table, path) -> Path:
 
 # %% ../nbs/03c_sharpen.ipynb #5250619e
 def _eval_numbers(verdicts_path, samples_path) -> dict:
-    from ei_nb.core import iter_jsonl
     if not Path(verdicts_path).exists(): return {}
     v = [x for _, x in iter_jsonl(verdicts_path)]
     curve = pass_at_n_curve(v)
     dc = distinct_correct([x for _, x in iter_jsonl(samples_path)], v) if Path(samples_path).exists() else None
-    return {'curve': curve, 'pass@1': curve.get(1), 'n_e': max(curve) if curve else None, 'pass@n_e': curve[max(curve)] if curve else None,
-            'solved': len(dc) if dc is not None else None, 'distinct_per_solved': float(np.mean(list(dc.values()))) if dc else None}
+    return {'curve': curve, 'pass@1': curve.get(1), 'n_e': max(curve) if curve else None,
+            'pass@n_e': curve[max(curve)] if curve else None,
+            'solved': len(dc) if dc is not None else None,
+            'distinct_per_solved': float(np.mean(list(dc.values()))) if dc else None}
 
 def sharpening_rows(run:dict # `ei_nb.report.load_run` of a run folder
                    ) -> list[dict]:
-    "Per round (the baseline first): pass@N curve, pass@1, pass@n_e, distinct correct proofs per solved problem, the round's keep rule (02_sft), and its `uplift.json` (None when the diagnostic did not run)."
+    ("Per round (the baseline first): pass@N curve, pass@1, pass@n_e, distinct correct proofs per solved problem, the "
+     "round's keep rule (02_sft), and its `uplift.json` (None when the diagnostic did not run).")
     import json
-    from ei_nb.layout import read_stage_json
     base = run['layout'].round(0)
-    out = [{'round': 0, 'label': 'round 0 (base)', 'uplift': None, 'keep_rule': None} | _eval_numbers(run['baseline_verdicts'], base.eval_samples)]
+    out = [{'round': 0, 'label': 'round 0 (base)', 'uplift': None,
+            'keep_rule': None} | _eval_numbers(run['baseline_verdicts'], base.eval_samples)]
     for r in run['rounds']:
         R = r['files']
         up = json.loads(R.uplift_json.read_text()) if R.uplift_json.exists() else None
         sft = (read_stage_json(R.stage_json('02_sft')) or {}).get('params') or {}
         rule = f"{sft['rank']}, beta_rank {sft.get('beta_rank', 0.0):g}" if 'rank' in sft else None
-        out.append({'round': r['round'], 'label': f"round {r['round']}", 'uplift': up, 'keep_rule': rule} | _eval_numbers(R.eval_verdicts, R.eval_samples))
+        out.append({'round': r['round'], 'label': f"round {r['round']}", 'uplift': up,
+                    'keep_rule': rule} | _eval_numbers(R.eval_verdicts, R.eval_samples))
     return out
 
 def sharpening_table(rows:list[dict]) -> 'pd.DataFrame':
@@ -245,14 +268,17 @@ def sharpening_table(rows:list[dict]) -> 'pd.DataFrame':
     def line(x):
         u = x['uplift'] or {}
         s, k = u.get('summary') or {}, u.get('kept_change') or {}
-        return {'round': x['label'], 'keep rule': x.get('keep_rule'), 'pass@1': x.get('pass@1'), 'pass@n_e': x.get('pass@n_e'), 'n_e': x.get('n_e'),
+        return {'round': x['label'], 'keep rule': x.get('keep_rule'), 'pass@1': x.get('pass@1'),
+                'pass@n_e': x.get('pass@n_e'), 'n_e': x.get('n_e'),
                 'distinct proofs / solved': x.get('distinct_per_solved'), 'scored samples': s.get('samples'),
                 'uplift rate': s.get('uplift_rate'), 'sharpening': s.get('sharpening'),
-                'Δ log-prob kept': (k.get('kept') or {}).get('mean_change'), 'Δ log-prob not kept': (k.get('not_kept') or {}).get('mean_change')}
+                'Δ log-prob kept': (k.get('kept') or {}).get('mean_change'),
+                'Δ log-prob not kept': (k.get('not_kept') or {}).get('mean_change')}
     return pd.DataFrame([line(x) for x in rows]).set_index('round')
 
 def plot_sharpening(rows:list[dict]):
-    "One line of two plots per round: its uplift rate by rank, and its pass@N against the baseline's. None when no round was evaluated."
+    ("One line of two plots per round: its uplift rate by rank, and its pass@N against the baseline's. None when no "
+     "round was evaluated.")
     import matplotlib.pyplot as plt, pandas as pd
     base, rounds = rows[0], [x for x in rows[1:] if x.get('curve') or x['uplift']]
     if not rounds: return None
@@ -269,30 +295,35 @@ def plot_sharpening(rows:list[dict]):
 
 # %% ../nbs/03c_sharpen.ipynb #e0ea376d
 def logprobs_cli(argv:list[str]) -> dict:
-    "`ei logprobs --model DIR --problems F --samples F --verdicts F --out F [--groups] [--only F | --max-samples N --seed S]`"
-    from ei_nb.cli import parser, say
-    from ei_nb.core import read_problems, read_samples, read_verdicts, write_records
+    ("`ei logprobs --model DIR --problems F --samples F --verdicts F --out F [--groups] [--only F | --max-samples N "
+     "--seed S]`")
     p = parser('logprobs', 'teacher-forced log-probs of the correct samples under a model (03c_sharpen)')
     for f in ('--model', '--problems', '--samples', '--verdicts', '--out'): p.add_argument(f, required=True)
-    p.add_argument('--groups', action='store_true', help='score every sample of each problem with a pass (the lever, the group ranking), not only the passes')
-    p.add_argument('--only', help='score only the correct samples of this log-prob file (the output model after the input model)')
-    p.add_argument('--max-samples', type=int, default=None, help='cap: whole problems of a seeded shuffle (after --only)')
+    p.add_argument('--groups', action='store_true',
+                   help='score every sample of each problem with a pass (the lever, the group ranking), not only the '
+                        'passes')
+    p.add_argument('--only',
+                   help='score only the correct samples of this log-prob file (the output model after the input model)')
+    p.add_argument('--max-samples', type=int, default=None,
+                   help='cap: whole problems of a seeded shuffle (after --only)')
     p.add_argument('--seed', type=int, default=0); p.add_argument('--style', default='chat')
     p.add_argument('--pack-tokens', type=int, default=0); p.add_argument('--device', default=None)
     a = p.parse_args(argv)
     tok = load_tokenizer(a.model)
-    rows = (group_rows if a.groups else correct_rows)(read_problems(a.problems), read_samples(a.samples), read_verdicts(a.verdicts), tok, a.style)
+    rows = (group_rows if a.groups else correct_rows)(read_problems(a.problems), read_samples(a.samples),
+                                                      read_verdicts(a.verdicts), tok, a.style)
     if a.only:
         first = read_logprobs(a.only)
         keys = set(first[first['correct']][['name', 'sample_idx']].itertuples(index=False, name=None))
         rows = [r for r in rows if (r['name'], r['sample_idx']) in keys]
-        if len(rows) != len(keys): raise BadInput(f'{a.only}: {len(keys) - len(rows)} of its samples are not pass samples of {a.verdicts}')
+        if len(rows) != len(keys): raise BadInput(f'{a.only}: {len(keys) - len(rows)} of its samples are not pass '
+                                                  f'samples of {a.verdicts}')
     rows = subsample_problems(rows, a.max_samples, a.seed)
     t0 = time.time()
     scored = score_rows(load_scorer(a.model, a.device), tok, rows, a.pack_tokens)
     write_records(a.out, scored)
-    res = {'samples': len(scored), 'problems': len({r['name'] for r in rows}), 'tokens': sum(s['n_tokens'] for s in scored),
-           'seconds': time.time() - t0, 'out': str(a.out)}
+    res = {'samples': len(scored), 'problems': len({r['name'] for r in rows}),
+           'tokens': sum(s['n_tokens'] for s in scored), 'seconds': time.time() - t0, 'out': str(a.out)}
     say(f"logprobs: {res['samples']} samples of {res['problems']} problems under {a.model} -> {a.out}")
     return res
 
@@ -300,14 +331,17 @@ def logprobs_cli(argv:list[str]) -> dict:
 def uplift_report(before, # `read_logprobs` frame of the input model: every sample of each problem (or only its passes)
                   after, # of the output model: the correct samples of `before`, whole problems
                   kept=()) -> tuple['pd.DataFrame', dict]:
-    "The ranked samples (`logprob0`, `logprob1`, `correct`, `rank`, `group_size`, `n_correct`) and a JSON-ready report: summary, kept_change, table."
-    b = before.assign(correct=before['correct'] if 'correct' in before else True)[['name', 'sample_idx', 'logprob', 'n_tokens', 'correct']]
+    ("The ranked samples (`logprob0`, `logprob1`, `correct`, `rank`, `group_size`, `n_correct`) and a JSON-ready "
+     "report: summary, kept_change, table.")
+    b = before.assign(correct=before['correct'] if 'correct' in before else True)[['name', 'sample_idx', 'logprob',
+                                                                                   'n_tokens', 'correct']]
     b = b.rename(columns={'logprob': 'logprob0'})
     a = after[['name', 'sample_idx', 'logprob']].rename(columns={'logprob': 'logprob1'})
     b = b[b['name'].isin(set(a['name']))]   # a capped second pass covers whole problems of the first
     c = b[b['correct'].astype(bool)]
     if len(c) != len(a) or len(c.merge(a, on=['name', 'sample_idx'])) != len(c):
-        raise BadInput(f'the two log-prob files cover different correct samples of the same problems ({len(c)} and {len(a)}): '
+        raise BadInput(f'the two log-prob files cover different correct samples of the same problems ({len(c)} and '
+                       f'{len(a)}): '
                        'score the second with --only the first')
     ranked = rank_by_logprob(b).merge(a, on=['name', 'sample_idx'], how='left')   # logprob1: NaN for a failure
     table = uplift_table(ranked)
@@ -316,8 +350,6 @@ def uplift_report(before, # `read_logprobs` frame of the input model: every samp
 
 def uplift_cli(argv:list[str]) -> dict:
     "`ei uplift --before F --after F --out-dir DIR [--sft F]`: `uplift.json` and `uplift.png` in DIR."
-    from ei_nb.cli import parser
-    from ei_nb.core import atomic_write_json, iter_jsonl
     p = parser('uplift', 'uplift rate by rank between two log-prob files (03c_sharpen)')
     for f in ('--before', '--after', '--out-dir'): p.add_argument(f, required=True)
     p.add_argument('--sft', help='SFT rows of the round: their samples are the kept ones')

@@ -5,7 +5,7 @@
 # %% ../nbs/run/sources.ipynb #afef0e25
 from __future__ import annotations
 from pathlib import Path
-from .config import OPTIONAL_STAGES, VERIFY_WIRING, WIRING, resolve_paths, serve_params, served, verifier_params
+from .config import OPTIONAL_STAGES, WIRING, resolve_paths, serve_params, served, verifier_params, verify_param
 from .core import BadInput
 from .layout import FINAL, ROUND_STAGES, RunLayout
 from .markers import verdicts_fingerprint
@@ -28,7 +28,8 @@ class Sources:
         self.cfg, self.layout = cfg, RunLayout(Path(run_dir).resolve())
         self.run_dir = self.layout.run_dir
         self.paths = resolve_paths(cfg, self.run_dir, seed_verdicts, baseline_verdicts)
-        self.verifier = verifier_params(cfg, self.paths, self.run_dir)   # resolved once: every stage of the run checks proofs alike
+        self.verifier = verifier_params(cfg, self.paths, self.run_dir)  # resolved once: every stage of the run checks
+                                                                        # proofs alike
         self.S0 = None   # the base model's score, once round 0 has it (05 compares every round with it)
 
     def round_stages(self) -> list[str]:
@@ -41,12 +42,14 @@ class Sources:
         return stage in self.round_stages()
 
     def measurement_in(self, rnd:int) -> Path:
-        "The measurement round `rnd`'s selection starts from: the pool measurement for round 1, else what selected round rnd-1."
+        ("The measurement round `rnd`'s selection starts from: the pool measurement for round 1, else what selected "
+         "round rnd-1.")
         return self.layout.measurement(1, self.paths['seed_verdicts']) if rnd <= 1 else self.measurement(rnd - 1)
 
     def newer_results(self, rnd:int) -> list[Path]:
         "Verdict files newer than `measurement_in(rnd)` that 00 merges over it: those round rnd-1 drew."
-        conj = [self.layout.round(rnd).conjecture_verdicts] if self.runs('00b_conjecture') else []   # written by this round's 00b
+        conj = [self.layout.round(rnd).conjecture_verdicts] if self.runs('00b_conjecture') else []  # written by this
+        # round's 00b
         return ([self.layout.round(rnd - 1).verdicts] if rnd >= 2 else []) + conj
 
     def measurement(self, rnd:int) -> Path:
@@ -66,21 +69,25 @@ class Sources:
         return {'measurement': verdicts_fingerprint(self.measurement_in(rnd))} if stage == '00_select' else {}
 
     def run_values(self, rnd:int, stage:str, scores=None, data_stop_reason:str='') -> dict:
-        "The values that are the same for every stage of a round: folders, round numbers, switches and results (each computed when asked)."
+        ("The values that are the same for every stage of a round: folders, round numbers, switches and results (each "
+         "computed when asked).")
         L, R, run = self.layout, self.layout.round(rnd), self.cfg['run']
         return {
-            'run_dir': lambda: L.run_dir, 'round_dir': lambda: R.dir, 'demo_dir': lambda: L.demo, 'figures': lambda: R.figures,
+            'run_dir': lambda: L.run_dir, 'round_dir': lambda: R.dir, 'demo_dir': lambda: L.demo,
+            'figures': lambda: R.figures,
             'stage_json': lambda: R.stage_json(stage), 'round': lambda: rnd, 'rounds': lambda: run['rounds'],
             'upto_round': lambda: -1 if rnd == FINAL else rnd, 'prompt_style': lambda: run['prompt_style'],
             'allow_test_selection': lambda: run['allow_test_selection'], 'in_a_round': lambda: rnd >= 1,
-            'scores': lambda: list(scores) if scores is not None else '<S_1..S_r>', 'data_stop_reason': lambda: data_stop_reason,
-            'S_0': lambda: '<S_0>' if self.S0 is None else self.S0,
-            **{k: (lambda k=k: self.verifier[k]) for k in VERIFY_WIRING},
-            'serve': lambda: serve_params(self.cfg, stage, L.run_dir),   # the managed server of a `served` stage ({} otherwise)
+            'scores': lambda: list(scores) if scores is not None else '<S_1..S_r>',
+            'data_stop_reason': lambda: data_stop_reason, 'S_0': lambda: '<S_0>' if self.S0 is None else self.S0,
+            'verify': lambda: verify_param(self.verifier),   # one dict: `VerifierSettings.from_params` in the notebook
+            'serve': lambda: serve_params(self.cfg, stage, L.run_dir),  # the managed server of a `served` stage ({}
+                                                                        # otherwise)
             'serve_log': lambda: str(R.server_log(stage)) if served(self.cfg, stage) else ''}
 
     def round_files(self, rnd:int) -> dict:
-        "Where the files of round `rnd` come from: problems, samples, verdicts, models, rows (each computed when asked)."
+        ("Where the files of round `rnd` come from: problems, samples, verdicts, models, rows (each computed when "
+         "asked).")
         L, R = self.layout, self.layout.round(rnd)
         first = rnd == 1 and not self.paths['seed_verdicts']   # round 1 reuses the pool measurement of the same model
         anchor, conj = self.cfg['stage_driver']['03_average']['anchor'], self.runs('00b_conjecture')
@@ -88,10 +95,13 @@ class Sources:
             'pool': lambda: L.pool, 'scored': lambda: L.scored, 'excluded': self.excluded,
             'measurement_in': lambda: self.measurement_in(rnd), 'newer_results': lambda: self.newer_results(rnd),
             'to_sample': lambda: L.pool if rnd == 0 else R.selected,
-            'seed_samples': lambda: L.round(0).samples if first else '', 'seed_verdicts': lambda: L.round(0).verdicts if first else '',
+            'seed_samples': lambda: L.round(0).samples if first else '',
+            'seed_verdicts': lambda: L.round(0).verdicts if first else '',
             'selected': lambda: R.selected, 'samples': lambda: R.samples, 'verdicts': lambda: R.verdicts,
-            'model_in': lambda: self.model(max(rnd - 1, 0)), 'model': lambda: self.model(rnd), 'merged': lambda: R.merged,
-            'anchor': lambda: self.paths['base_model'] if anchor == 'original' else self.model(rnd - 1), 'averaged': lambda: R.model,
+            'model_in': lambda: self.model(max(rnd - 1, 0)), 'model': lambda: self.model(rnd),
+            'merged': lambda: R.merged,
+            'anchor': lambda: self.paths['base_model'] if anchor == 'original' else self.model(rnd - 1),
+            'averaged': lambda: R.model,
             'eval_dir': lambda: R.eval_dir, 'sft_rows': lambda: R.sft_rows, 'sft_logprobs': lambda: R.sft_logprobs,
             'correction_rows': lambda: R.correction_rows if self.runs('01c_correct') else '',
             'conjecture_rows': lambda: R.conjecture_rows if conj else '',
@@ -103,4 +113,11 @@ class Sources:
         "The parameters papermill injects into `stage` of round `rnd`: its config section and its wired values."
         if stage not in WIRING: raise BadInput(f'unknown stage {stage!r}')
         src = self.run_values(rnd, stage, scores, data_stop_reason) | self.round_files(rnd)
-        return dict(self.cfg['stages'].get(stage, {})) | {k: _param(src[name]()) for k, name in WIRING[stage].items()}
+        return self.grouped(stage) | {k: _param(src[name]()) for k, name in WIRING[stage].items()}
+
+    def grouped(self, stage:str) -> dict:
+        "The config's values of `stage`, the keys of each group (e.g. `n`, `temperature`) in their dict (`sampling`)."
+        params, out = dict(self.cfg['stages'].get(stage, {})), {}
+        for group, keys in self.cfg.get('groups', {}).get(stage, {}).items():
+            out[group] = {k: params.pop(k) for k in keys if k in params}
+        return params | out

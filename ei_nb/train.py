@@ -8,8 +8,10 @@ import contextlib, hashlib, json, math, random, shutil, time
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
-from .core import SFT_MAX_TOKENS, BadInput, DataStop, StageFailed, atomic_write_json, fsync_dir, sha256_json
+from .core import (SFT_MAX_TOKENS, BadInput, DataStop, StageFailed, atomic_write_json, fsync_dir, sha256_json,
+                        check_output)
 from .rows import collate, load_tokenizer, micro_batches, read_sft_rows, tokenize_rows
+from .cli import say, parser, positive_int, nonneg_int, positive_float, nonneg_float, unit_float
 
 # %% auto #0
 __all__ = ['SCHEDULES', 'plan_steps', 'split_ranks', 'completion_states', 'completion_loss', 'token_logprobs', 'loss_module',
@@ -22,7 +24,8 @@ def plan_steps(lengths:list[int], # tokens per row
                batch_tokens:int, # target tokens per optimizer step
                epochs:int, seed:int, max_steps:int=-1 # stop after this many steps (-1: all epochs)
               ) -> list[list[int]]:
-    "Row indices of every optimizer step of the run: a seeded shuffle per epoch cut into balanced steps of about `batch_tokens` tokens."
+    ("Row indices of every optimizer step of the run: a seeded shuffle per epoch cut into balanced steps of about "
+     "`batch_tokens` tokens.")
     steps = []
     for epoch in range(epochs):
         order = list(range(len(lengths)))
@@ -39,7 +42,8 @@ def plan_steps(lengths:list[int], # tokens per row
     return steps if max_steps < 0 else steps[:max_steps]
 
 def split_ranks(micros:list[list[int]], lengths:list[int], world:int=1) -> list[list[tuple[list[int], float]]]:
-    "Deal forward passes to `world` processes (longest first, to the least loaded); pad with zero-weight repeats so all run equally many."
+    ("Deal forward passes to `world` processes (longest first, to the least loaded); pad with zero-weight repeats so "
+     "all run equally many.")
     if world == 1: return [[(m, 1.0) for m in micros]]
     ranks, load = [[] for _ in range(world)], [0]*world
     for m in sorted(micros, key=lambda m: -sum(lengths[i] for i in m)):
@@ -50,11 +54,13 @@ def split_ranks(micros:list[list[int]], lengths:list[int], world:int=1) -> list[
 
 # %% ../nbs/training/train.ipynb #86fc5466
 def completion_states(model, input_ids, target_mask, position_ids=None, target_weight=None):
-    "Output head, the decoder's hidden states that predict the completion tokens, those tokens, and their weights (None when unweighted)."
+    ("Output head, the decoder's hidden states that predict the completion tokens, those tokens, and their weights "
+     "(None when unweighted).")
     base = model.get_base_model() if hasattr(model, 'get_base_model') else model
     h = base.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
     m = target_mask[:, 1:]   # position t predicts token t+1: a weight belongs to the token predicted
-    return base.get_output_embeddings(), h[:, :-1][m], input_ids[:, 1:][m], None if target_weight is None else target_weight[:, 1:][m]
+    return base.get_output_embeddings(), h[:, :-1][m], input_ids[:,
+                                                                 1:][m], None if target_weight is None else target_weight[:, 1:][m]
 
 def _ce_sum(head, h, target, w=None):
     import torch.nn.functional as F
@@ -69,17 +75,20 @@ def completion_loss(model, input_ids, target_mask, position_ids=None,
                     target_weight=None, # per-position weights (`collate` of weighted rows); None: every token 1
                     chunk:int=4096 # positions per logit chunk
                    ):
-    "Summed cross-entropy of the tokens where `target_mask` is set, each predicted from the position before it (times its weight)."
+    ("Summed cross-entropy of the tokens where `target_mask` is set, each predicted from the position before it (times "
+     "its weight).")
     import torch
     from torch.utils.checkpoint import checkpoint
     head, h, target, w = completion_states(model, input_ids, target_mask, position_ids, target_weight)
     total = h.new_zeros((), dtype=torch.float32)
     for i in range(0, len(target), chunk):
-        total = total + checkpoint(partial(_ce_sum, head), h[i:i+chunk], target[i:i+chunk], None if w is None else w[i:i+chunk], use_reentrant=False)
+        total = total + checkpoint(partial(_ce_sum, head), h[i:i+chunk], target[i:i+chunk],
+                                   None if w is None else w[i:i+chunk], use_reentrant=False)
     return total
 
 def token_logprobs(model, input_ids, target_mask, position_ids=None, chunk:int=4096):
-    "fp32 log-probability of each token where `target_mask` is set, in order (teacher forcing; no graph is kept per chunk beyond its logits)."
+    ("fp32 log-probability of each token where `target_mask` is set, in order (teacher forcing; no graph is kept per "
+     "chunk beyond its logits).")
     head, h, target, _ = completion_states(model, input_ids, target_mask, position_ids)
     parts = [-_ce_tokens(head, h[i:i+chunk], target[i:i+chunk]) for i in range(0, len(target), chunk)]
     import torch
@@ -145,9 +154,11 @@ def load_checkpoint(path, model, optimizer, scheduler, fingerprint:str) -> dict:
     from safetensors.torch import load_file
     state = json.loads((Path(path)/'state.json').read_text())
     if state['fingerprint'] != fingerprint:
-        raise StageFailed(f'{path} belongs to a run with other data or parameters: remove {Path(path).parent} or train with resume=False')
+        raise StageFailed(f'{path} belongs to a run with other data or parameters: remove {Path(path).parent} or train '
+                          f'with resume=False')
     weights = load_file(Path(path)/'trainable.safetensors')
-    if set(weights) != set(trainable_state(model)): raise StageFailed(f'{path}: trainable tensors do not match the model')
+    if set(weights) != set(trainable_state(model)): raise StageFailed(f'{path}: trainable tensors do not match the '
+                                                                      f'model')
     model.load_state_dict(weights, strict=False)
     optimizer.load_state_dict(torch.load(Path(path)/'optimizer.pt', weights_only=True))
     scheduler.load_state_dict(torch.load(Path(path)/'scheduler.pt', weights_only=True))
@@ -159,7 +170,8 @@ def probe_logits(model, probe:list[list[int]]):
     import torch
     dev = next(model.parameters()).device
     with torch.no_grad():
-        return torch.cat([model(input_ids=torch.tensor([p], device=dev), use_cache=False).logits[0].float() for p in probe])
+        return torch.cat([model(input_ids=torch.tensor([p], device=dev),
+                                use_cache=False).logits[0].float() for p in probe])
 
 def export_model(model, # trained model: a peft model (LoRA) or a plain one (full fine-tune)
                  tokenizer, out_dir, probe:list[list[int]], save_dtype=None, max_shard_size:str='5GB',
@@ -184,9 +196,11 @@ def export_model(model, # trained model: a peft model (LoRA) or a plain one (ful
         back = AutoModelForCausalLM.from_pretrained(tmp, dtype=save_dtype).to(next(model.parameters()).device)
         diff = (probe_logits(back, probe) - ref).abs().max().item()
         rel = diff / max(ref.abs().max().item(), 1e-6)
-        if rel > tol: raise StageFailed(f'merged model differs from base+adapter: max|Δlogits| {diff:.3g} (relative {rel:.3g} > {tol})')
+        if rel > tol: raise StageFailed(f'merged model differs from base+adapter: max|Δlogits| {diff:.3g} (relative '
+                                        f'{rel:.3g} > {tol})')
         del back
-    return dict(info, merge_max_abs_diff=diff, merge_rel_diff=rel, merge_tol=tol, save_dtype=str(save_dtype).replace('torch.', ''))
+    return dict(info, merge_max_abs_diff=diff, merge_rel_diff=rel, merge_tol=tol,
+                save_dtype=str(save_dtype).replace('torch.', ''))
 
 # %% ../nbs/training/train.ipynb #ca3e292c
 def load_for_training(model_dir, device, full_finetune:bool=False, lora_r:int=64, lora_alpha:int=128,
@@ -198,7 +212,8 @@ def load_for_training(model_dir, device, full_finetune:bool=False, lora_r:int=64
     bf16 = device.type == 'cuda' and torch.cuda.is_bf16_supported()
     on_disk = getattr(AutoConfig.from_pretrained(model_dir), 'dtype', None) or torch.float32
     on_disk = getattr(torch, on_disk) if isinstance(on_disk, str) else on_disk
-    load = getattr(torch, dtype) if dtype != 'auto' else (torch.bfloat16 if bf16 and not full_finetune else torch.float32)
+    load = getattr(torch,
+                   dtype) if dtype != 'auto' else (torch.bfloat16 if bf16 and not full_finetune else torch.float32)
     kw = {'attn_implementation': attn_implementation} if attn_implementation else {}
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=load, **kw).to(device)
     if device.type == 'cuda' if gradient_checkpointing is None else gradient_checkpointing:
@@ -214,9 +229,11 @@ def run_fingerprint(examples, # the tokenized rows (`ids`, `n_prompt`, optional 
                     model_dir, params:dict) -> str:
     "What a checkpoint belongs to: the run's token ids, its model's files and config, its parameters, hashed."
     h = hashlib.sha256()
-    for e in examples: h.update(json.dumps([e['n_prompt'], e['ids']] + ([e['weight']] if 'weight' in e else [])).encode())   # weights resume only their own run
+    for e in examples: h.update(json.dumps([e['n_prompt'],
+                                            e['ids']] + ([e['weight']] if 'weight' in e else [])).encode())   # weights resume only their own run
     files = sorted((p.name, p.stat().st_size) for p in Path(model_dir).iterdir() if p.is_file())
-    return sha256_json({'rows': h.hexdigest(), 'model': files, 'config': (Path(model_dir)/'config.json').read_text(), 'params': params})
+    return sha256_json({'rows': h.hexdigest(), 'model': files, 'config': (Path(model_dir)/'config.json').read_text(),
+                        'params': params})
 
 def check_schedule(schedule:str):
     "Refuse an unknown LR schedule before anything is loaded; silence transformers' progress bars for the run."
@@ -225,15 +242,19 @@ def check_schedule(schedule:str):
     hf_logging.disable_progress_bar()
 
 def make_optimizer(model, lr:float, weight_decay:float, n_steps:int, warmup_ratio:float, schedule:str):
-    "AdamW on the trainable weights and its LR schedule (warm-up, then decay to 0 at `n_steps`): (trainable, optimizer, scheduler)."
+    ("AdamW on the trainable weights and its LR schedule (warm-up, then decay to 0 at `n_steps`): (trainable, "
+     "optimizer, scheduler).")
     import torch
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
     warmup = math.ceil(warmup_ratio * n_steps)
-    return trainable, opt, torch.optim.lr_scheduler.LambdaLR(opt, partial(lr_factor, total=n_steps, warmup=warmup, schedule=schedule))
+    return trainable, opt, torch.optim.lr_scheduler.LambdaLR(opt,
+                                                             partial(lr_factor, total=n_steps, warmup=warmup,
+                                                                     schedule=schedule))
 
 def resume_state(ck_root, model, opt, sched, fingerprint:str, history:dict) -> tuple[int, dict, Path|None]:
-    "(first step, history, checkpoint): restored from the newest checkpoint under `ck_root` when there is one, else a fresh start."
+    ("(first step, history, checkpoint): restored from the newest checkpoint under `ck_root` when there is one, else a "
+     "fresh start.")
     if not (ck := latest_checkpoint(ck_root)): return 0, history, None
     state = load_checkpoint(ck, model, opt, sched, fingerprint)
     return state['step'], state['history'], ck
@@ -257,11 +278,13 @@ class TrainingRun:
     def __init__(self, who:str, # names the log lines: `train`, `dpo`
                  model, out_dir, # the model being trained; checkpoints go to `out_dir/checkpoints`
                  fingerprint:str, # `run_fingerprint` of the run: a checkpoint resumes only its own run
-                 params:dict, # the run's parameters; `lr`, `weight_decay`, `warmup_ratio`, `schedule`, `max_grad_norm` drive the optimizer
+                 params:dict,  # the run's parameters; `lr`, `weight_decay`, `warmup_ratio`, `schedule`, `max_grad_norm`
+                               # drive the optimizer
                  n_steps:int, history:dict, # the run's optimizer steps; its curves, empty
                  save_every:int=25, keep:int=2, resume:bool=True, log_every:int=0,
                  on_step=None, # called as `on_step(step, loss)` after each step
-                 main:bool=True, sync=None, # whether this process writes checkpoints and logs; `sync()` waits for the others
+                 main:bool=True, sync=None,  # whether this process writes checkpoints and logs; `sync()` waits for the
+                                             # others
                 ):
         self.who, self.model, self.fingerprint, self.n_steps, self.on_step = who, model, fingerprint, n_steps, on_step
         self.trainable, self.opt, self.sched = make_optimizer(model, params['lr'], params['weight_decay'], n_steps,
@@ -274,9 +297,9 @@ class TrainingRun:
 
     def restore(self):
         "Continue from this run's newest checkpoint when resuming (`start`, `hist`); the clock starts now."
-        from ei_nb.cli import say
         if self.resume:
-            self.start, self.hist, ck = resume_state(self.ck_root, self.model, self.opt, self.sched, self.fingerprint, self.hist)
+            self.start, self.hist, ck = resume_state(self.ck_root, self.model, self.opt, self.sched, self.fingerprint,
+                                                     self.hist)
             if ck and self.main: say(f'{self.who}: resumed from {ck} (step {self.start}/{self.n_steps})')
         self.t0 = time.time()
 
@@ -290,17 +313,20 @@ class TrainingRun:
 
     def after_step(self, s:int, extra:str=''):
         "After 0-based step `s` (its numbers already in `hist`): a checkpoint and a log line when due, then `on_step`."
-        from ei_nb.cli import say
         if step_due(s, self.save_every, self.n_steps):
             if self.main: save_checkpoint(self.ck_root, s+1, self.model, self.opt, self.sched,
                                           {'fingerprint': self.fingerprint, 'history': self.hist}, self.keep)
             self.sync()
-        if self.main and step_due(s, self.every, self.n_steps): say(_progress(self.who, self.hist, s, self.n_steps, self.start, self.t0, extra))
+        if self.main and step_due(s, self.every,
+                                  self.n_steps): say(_progress(self.who, self.hist, s, self.n_steps, self.start,
+                                                               self.t0, extra))
         if self.on_step: self.on_step(s+1, self.hist['loss'][-1])
 
-    def export(self, model, tokenizer, out_dir, probe:list[list[int]], metrics:dict, # what the run measured, without the export
+    def export(self, model, tokenizer, out_dir, probe:list[list[int]], metrics:dict,  # what the run measured, without
+                                                                                      # the export
                save_dtype=None, max_shard_size:str='5GB', merge_tol:float|None=None, cleanup:bool=True) -> dict:
-        "Free the optimizer, merge and export `model` (`export_model`), write `train.json`, drop the checkpoints; the metrics."
+        ("Free the optimizer, merge and export `model` (`export_model`), write `train.json`, drop the checkpoints; the "
+         "metrics.")
         self.trainable = self.opt = self.sched = None
         metrics |= export_model(model, tokenizer, out_dir, probe, save_dtype, max_shard_size, merge_tol)
         atomic_write_json(Path(out_dir)/'train.json', metrics)
@@ -332,7 +358,8 @@ def _accumulate(acc, wrapped, examples, lengths, mine, n_tgt:int, autocast, wast
     loss_sum = torch.zeros((), device=acc.device)
     for j,(idxs,w) in enumerate(mine):
         batch = collate(examples, idxs, acc.device)
-        waste[0] += batch['input_ids'].numel(); waste[1] += sum(lengths[i] for i in idxs) * (w > 0)   # zero-weight balancing passes count as waste
+        waste[0] += batch['input_ids'].numel()
+        waste[1] += sum(lengths[i] for i in idxs) * (w > 0)   # zero-weight balancing passes count as waste
         with (acc.no_sync(wrapped) if j < len(mine)-1 else contextlib.nullcontext()):
             with autocast(): l = wrapped(**batch)
             acc.backward(l * (w * acc.num_processes / n_tgt))
@@ -340,25 +367,30 @@ def _accumulate(acc, wrapped, examples, lengths, mine, n_tgt:int, autocast, wast
     return loss_sum
 
 def _sft_steps(run:TrainingRun, acc, wrapped, plan:_SftPlan, pack_tokens:int, bf16:bool) -> list:
-    "The optimizer steps from `run.start` on, each this process's share of its forward passes; the padding count (tokens fed, real tokens fed)."
+    ("The optimizer steps from `run.start` on, each this process's share of its forward passes; the padding count "
+     "(tokens fed, real tokens fed).")
     import torch
     autocast = partial(torch.autocast, device_type=acc.device.type, dtype=torch.bfloat16, enabled=bf16)
     waste, world = [0, 0], acc.num_processes
     for s in range(run.start, len(plan.steps)):
         t_step, n_tgt = time.time(), sum(plan.targets[i] for i in plan.steps[s])
-        mine = split_ranks(micro_batches(plan.steps[s], plan.lengths, pack_tokens), plan.lengths, world)[acc.process_index]
+        mine = split_ranks(micro_batches(plan.steps[s], plan.lengths, pack_tokens), plan.lengths,
+                           world)[acc.process_index]
         loss_sum = _accumulate(acc, wrapped, plan.examples, plan.lengths, mine, n_tgt, autocast, waste)
         run.hist['lr'].append(run.optimizer_step())
         run.hist['loss'].append((acc.reduce(loss_sum, 'sum') if world > 1 else loss_sum).item() / n_tgt)
-        run.hist['tokens'].append(sum(plan.lengths[i] for i in plan.steps[s])); run.hist['seconds'].append(time.time() - t_step)
+        run.hist['tokens'].append(sum(plan.lengths[i] for i in plan.steps[s]))
+        run.hist['seconds'].append(time.time() - t_step)
         run.after_step(s)
     return waste
 
 def _sft_metrics(run:TrainingRun, plan:_SftPlan, waste:list, params:dict) -> dict:
     "What `train_lora` returns and writes to `train.json` (before the export's numbers)."
     train_s, hist = time.time() - run.t0, run.hist
-    return {'rows': len(plan.examples), 'dropped_too_long': plan.n_long, 'tokens': sum(plan.lengths), 'completion_tokens': sum(plan.targets),
-            'steps': len(plan.steps), 'resumed_from': run.start, 'tokens_per_s': sum(hist['tokens'][run.start:]) / max(train_s, 1e-9),
+    return {'rows': len(plan.examples), 'dropped_too_long': plan.n_long, 'tokens': sum(plan.lengths),
+            'completion_tokens': sum(plan.targets),
+            'steps': len(plan.steps), 'resumed_from': run.start,
+            'tokens_per_s': sum(hist['tokens'][run.start:]) / max(train_s, 1e-9),
             'padding_fraction': 1 - waste[1] / waste[0] if waste[0] else 0.0, 'train_s': train_s,
             'first_loss': hist['loss'][0], 'final_loss': hist['loss'][-1], 'history': hist, 'params': params}
 
@@ -390,14 +422,18 @@ def train_lora(model_dir, # previous round's merged model (config, safetensors, 
     tok = load_tokenizer(model_dir)
     plan = _sft_plan(rows_or_path, tok, max_tokens, batch_tokens, epochs, seed, max_steps)
     params = dict(lr=lr, epochs=epochs, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
-                  target_modules=target_modules, batch_tokens=batch_tokens, pack_tokens=pack_tokens, max_tokens=max_tokens,
+                  target_modules=target_modules, batch_tokens=batch_tokens, pack_tokens=pack_tokens,
+                  max_tokens=max_tokens,
                   warmup_ratio=warmup_ratio, schedule=schedule, weight_decay=weight_decay, max_grad_norm=max_grad_norm,
                   max_steps=max_steps, full_finetune=full_finetune, seed=seed, world=acc.num_processes)
     fingerprint = run_fingerprint(plan.examples, model_dir, params)
     model, save_dtype, bf16 = load_for_training(model_dir, acc.device, full_finetune, lora_r, lora_alpha, lora_dropout,
-                                                target_modules, dtype, gradient_checkpointing, attn_implementation, seed)
-    run = TrainingRun('train', model, out_dir, fingerprint, params, len(plan.steps), {'loss': [], 'lr': [], 'tokens': [], 'seconds': []},
-                      save_every, keep_checkpoints, resume, log_every, on_step, acc.is_main_process, acc.wait_for_everyone)
+                                                target_modules, dtype, gradient_checkpointing, attn_implementation,
+                                                seed)
+    run = TrainingRun('train', model, out_dir, fingerprint, params, len(plan.steps),
+                      {'loss': [], 'lr': [], 'tokens': [], 'seconds': []},
+                      save_every, keep_checkpoints, resume, log_every, on_step, acc.is_main_process,
+                      acc.wait_for_everyone)
     wrapped = acc.prepare(loss_module(model, loss_chunk))
     run.restore()
     metrics = _sft_metrics(run, plan, _sft_steps(run, acc, wrapped, plan, pack_tokens, bf16), params)
@@ -412,24 +448,26 @@ def train_parser(name:str, description:str,
                  lr:float, epochs:int, # the recipe's defaults of this command
                  extra:tuple=(), # (flag, type, default) options of this command only
                 ):
-    "The parser of a training command: `--model --data --out-dir`, the shared LoRA/optimizer/checkpoint options, `extra`."
-    from ei_nb.cli import parser, positive_int, nonneg_int, positive_float, nonneg_float, unit_float
-    from ei_nb.core import SFT_MAX_TOKENS
+    ("The parser of a training command: `--model --data --out-dir`, the shared LoRA/optimizer/checkpoint options, "
+     "`extra`.")
     p = parser(name, description)
     for f in ('--model', '--data', '--out-dir'): p.add_argument(f, required=True)
     for f,t,d in (('--lr', positive_float, lr), ('--epochs', positive_int, epochs), ('--lora-r', positive_int, 64),
                   ('--lora-alpha', positive_int, 128), ('--lora-dropout', unit_float, 0.0), *extra,
-                  ('--max-tokens', positive_int, SFT_MAX_TOKENS), ('--warmup-ratio', unit_float, 0.03), ('--weight-decay', nonneg_float, 0.0),
-                  ('--max-grad-norm', positive_float, 1.0), ('--max-steps', int, -1), ('--seed', int, 0), ('--save-every', nonneg_int, 25),
+                  ('--max-tokens', positive_int, SFT_MAX_TOKENS), ('--warmup-ratio', unit_float, 0.03),
+                  ('--weight-decay', nonneg_float, 0.0),
+                  ('--max-grad-norm', positive_float, 1.0), ('--max-steps', int, -1), ('--seed', int, 0),
+                  ('--save-every', nonneg_int, 25),
                   ('--keep-checkpoints', positive_int, 2), ('--dtype', str, 'auto'), ('--max-shard-size', str, '5GB'),
                   ('--attn-implementation', str, None), ('--log-every', int, 0)):
         p.add_argument(f, type=t, default=d)
-    p.add_argument('--schedule', choices=SCHEDULES, default='cosine'); p.add_argument('--no-resume', action='store_true')
+    p.add_argument('--schedule', choices=SCHEDULES, default='cosine')
+    p.add_argument('--no-resume', action='store_true')
     return p
 
 def run_trainer_cli(p, argv:list[str], trainer) -> dict:
-    "Parse `argv` with `p`, check the output folder, run `trainer(model, data, out_dir, **options)`; its metrics without curves."
-    from ei_nb.core import check_output
+    ("Parse `argv` with `p`, check the output folder, run `trainer(model, data, out_dir, **options)`; its metrics "
+     "without curves.")
     a = vars(p.parse_args(argv))
     model, data, out = a.pop('model'), a.pop('data'), a.pop('out_dir')
     check_output(out, [data], '--out-dir', is_dir=True)
@@ -440,7 +478,6 @@ def run_trainer_cli(p, argv:list[str], trainer) -> dict:
 # %% ../nbs/training/train.ipynb #547951a6
 def train_cli(argv:list[str]) -> dict:
     "`ei train --model DIR --data FILE --out-dir DIR [--lr ...] [--epochs ...] [--lora-r ...] [...]`"
-    from ei_nb.cli import positive_int, nonneg_int
     p = train_parser('train', 'LoRA-train on SFT rows, merge and export (training/train)', 2e-5, 2,
                      (('--batch-tokens', positive_int, 65536), ('--pack-tokens', nonneg_int, 0)))
     p.add_argument('--full-finetune', action='store_true')

@@ -18,7 +18,7 @@ from .lean_replay import ReplayPool, default_replay_bin, replay_skipped
 from .known_proofs import known_proof_verifier
 
 # %% auto #0
-__all__ = ['ERROR_FIXES', 'VerifierSettings', 'register_backend', 'backend_factory', 'sandbox_of', 'backend_names',
+__all__ = ['ERROR_FIXES', 'VerifierSettings', 'verifier_of', 'register_backend', 'backend_factory', 'sandbox_of', 'backend_names',
            'make_verifier', 'lean_checked', 'error_kind', 'ErrorGuard', 'verify_cli']
 
 # %% ../nbs/verifier/verify.ipynb #5baaaa32
@@ -51,6 +51,7 @@ class VerifierSettings:
     ray_address:str|None=None        # ray: the cluster to join (default $EI_RAY_ADDRESS, $RAY_ADDRESS, else 'auto')
     workers_per_node:int=0           # ray: REPLs per node (0: the node's `lean_workers` resource)
     max_error_frac:float=0.1         # a run stops when more Lean checks than this end in `error` (`ErrorGuard`; 1: never)
+    allow_unreplayed:bool=False      # score passes no kernel replay confirmed (server back-end, replay off; issue 36)
     sandbox:bool=dataclasses.field(default_factory=lambda: os.environ.get('EI_UNSANDBOXED') != '1')
                                      # repl, lean: each Lean process in the bubblewrap sandbox (`ei_nb.sandbox`); False:
                                      # --unsandboxed (`ei run --unsandboxed` sets EI_UNSANDBOXED=1 for its stages)
@@ -67,6 +68,21 @@ class VerifierSettings:
     def to_dict(self) -> dict:
         "Plain JSON-able values (paths as strings)."
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_params(cls, d:dict, where:str='verify') -> 'VerifierSettings':
+        "Settings from a stage's `verify` parameter: as `from_dict`, paths as strings, '' and 0 unset where the default is None."
+        s = cls.from_dict({k: str(v) if isinstance(v, Path) else v for k, v in d.items()}, where)
+        return dataclasses.replace(s, **{f.name: None for f in dataclasses.fields(cls) if f.default is None and not getattr(s, f.name)})
+
+def verifier_of(backend:str|None, # none, repl, lean, server, known or package.module:factory; None: no verifier
+                project=None, workers:int|None=None, timeout:float=300, endpoints=None, policy=None, cache_dir=None,
+                known_proofs=None, max_error_frac:float=0.1) -> VerifierSettings|None:
+    "The settings of the flat options a CLI takes (empty and zero: unset)."
+    if backend is None: return None
+    return VerifierSettings.from_params(dict(backend=backend, project=project, workers=workers, timeout=timeout,
+                                             endpoints=list(endpoints or []), policy=policy, cache_dir=cache_dir,
+                                             known_proofs=known_proofs, max_error_frac=max_error_frac))
 
 _BACKENDS = {}
 

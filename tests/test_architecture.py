@@ -12,13 +12,13 @@ MAX_MODULE, MAX_FUNCTION, MAX_LINE, MAX_RUNNER_PARAMS = 600, 50, 120, 12
 
 # The map of CONTRIBUTING.md, bottom up: a module may import its own room and the rooms listed before it.
 ROOMS = {
-    'records':  'core lean_lex cli layout prompts tiny rows ckernel jsonl_scan frames near_dup',
+    'records':  'core lean_lex cli params_check layout prompts tiny rows ckernel jsonl_scan frames near_dup',
     'verifier': 'lean_tokens lean_commands policy lean_reply sandbox lean_backends lean_replay verifier known_proofs '
                 'verify lean_ray',
     'sampling': 'samplers vllm_server remote_samplers sample_job',
     'stages':   'train dpo average_io average sft select eval sample_verify correct conjecture sharpen stop_rule report',
     'tools':    'arith demo pool setup_lean confirm audit_html',
-    'run':      'config params_check eta sources markers stage_process inputs step dryrun doctor_checks doctor_node doctor '
+    'run':      'config eta sources markers stage_process inputs step dryrun doctor_checks doctor_node doctor '
                 'driver '
                 'run_command',
 }

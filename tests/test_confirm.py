@@ -197,7 +197,7 @@ def test_report_renders_from_files_alone(tmp_path, capsys):
 
 def _has_run_eval():
     import ei_nb.eval
-    return hasattr(ei_nb.eval, 'run_eval')
+    return hasattr(ei_nb.eval, 'eval_arm')
 
 
 @pytest.mark.slow
@@ -220,9 +220,9 @@ def test_tiny_model_confirmation_with_run_eval(tmp_path, tiny_pair):
 
 
 def _stop_before_baseline(problems, model_dir, out_dir, **kw):
-    from ei_nb.eval import run_eval
+    from ei_nb.eval import eval_arm
     if Path(out_dir).name == 'baseline': raise KeyboardInterrupt('stop')
-    return run_eval(problems, model_dir, out_dir, **kw)
+    return eval_arm(problems, model_dir, out_dir, **kw)
 
 
 def test_every_file_of_a_confirmation_is_named_by_the_layout(tmp_path):

@@ -132,17 +132,30 @@ def pool_files(d:Path):
     return p
 
 
+RULES = dict(n_prompts=1, conj_per_prompt=9, conj_hi=0.25, lemma_frac=0.1, elegance_quantile=0.2, conj_max_new_tokens=24,
+             easy_timeout=10, seed_min_rate=0.0, max_tokens=18432)
+
+
+def run_conj(tiny, pool, verdicts, out, round_idx=1, extra=(), verifier=None, protected=(), **kw):
+    "`run_conjecture` with the test's scripted sampler, completion prompts and `RULES` (any field overridden by `kw`)."
+    from dataclasses import fields
+    from ei_nb.conjecture import ConjectureRules, run_conjecture
+    from ei_nb.samplers import SampleParams
+    from ei_nb.sample_job import SamplerSetup
+    rules = ConjectureRules(**{**RULES, **{k: kw.pop(k) for k in list(kw) if k in {f.name for f in fields(ConjectureRules)}}})
+    sampling = SampleParams(**{'n': 8, 'max_new_tokens': 12, **{k: kw.pop(k) for k in ('n', 'max_new_tokens', 'seed') if k in kw}})
+    setup = SamplerSetup(kw.pop('sampler', 'scripted'), None, kw.pop('prompt_style', 'completion'), kw.pop('chunk_problems', 4), 0.5)
+    assert not kw, kw
+    return run_conjecture(pool, verdicts, tiny, out, round_idx, sampling, verifier, setup, rules, extra, protected, log=lambda *a: None)
+
+
 def conjecture(tiny, d:Path, out:Path, sampler=Scripted, backend='tests.test_conjectures:stand_in', **kw):
-    from ei_nb.conjecture import run_conjecture
-    from ei_nb.samplers import verifier_of
+    from ei_nb.verify import verifier_of
     from ei_nb.sft import read_protected
     SAMPLERS['scripted'] = sampler
     pool_files(d)
-    return run_conjecture(d/'pool.jsonl', d/'verdicts.jsonl', tiny, out, kw.pop('round_idx', 1), kw.pop('extra', ()),
-                          n_prompts=kw.pop('n_prompts', 1), conj_per_prompt=kw.pop('conj_per_prompt', 9), n=kw.pop('n', 8), max_new_tokens=12,
-                          conj_max_new_tokens=24, prompt_style='completion', sampler='scripted',
-                          verifier=verifier_of(backend, workers=2, timeout=5), protected=read_protected(d/'protected.jsonl'),
-                          log=lambda *a: None, progress=False, **kw)
+    return run_conj(tiny, d/'pool.jsonl', d/'verdicts.jsonl', out, kw.pop('round_idx', 1), kw.pop('extra', ()),
+                    verifier_of(backend, workers=2, timeout=5), read_protected(d/'protected.jsonl'), **kw)
 
 
 def test_only_new_faithful_provable_conjectures_enter_the_pool(tiny, tmp_path):
@@ -207,15 +220,12 @@ def test_without_lean_nothing_is_elaborated_or_kept(tiny, tmp_path):
     "The demo's `known` back-end: the stage runs, counts what it could, and keeps nothing (no new statement can be verified)."
     from ei_nb.demo import known_good_proofs
     write_records(tmp_path/'known.jsonl', known_good_proofs())
-    from ei_nb.conjecture import run_conjecture
-    from ei_nb.samplers import verifier_of
+    from ei_nb.verify import verifier_of
     from ei_nb.sft import read_protected
     SAMPLERS['scripted'] = Scripted
     pool_files(tmp_path)
-    res = run_conjecture(tmp_path/'pool.jsonl', tmp_path/'verdicts.jsonl', tiny, tmp_path/'out', 1, n_prompts=1, conj_per_prompt=9, n=4,
-                         max_new_tokens=12, conj_max_new_tokens=24, prompt_style='completion', sampler='scripted',
-                         verifier=verifier_of('known', known_proofs=tmp_path/'known.jsonl'), protected=read_protected(tmp_path/'protected.jsonl'),
-                         log=lambda *a: None, progress=False)
+    res = run_conj(tiny, tmp_path/'pool.jsonl', tmp_path/'verdicts.jsonl', tmp_path/'out', 1, (),
+                   verifier_of('known', known_proofs=tmp_path/'known.jsonl'), read_protected(tmp_path/'protected.jsonl'), n=4)
     assert res['elaborated'] is None and res['lean'] is False and res['kept'] == 0 and res['rows'] == 0
     assert res['to_prove'] == 5 and res['verdict_counts'] == {'unchecked': 4 * 5}     # the 3 good + typo + trivial: Lean would sort them
     assert (tmp_path/'out'/'conjectures.jsonl').read_text() == ''
@@ -226,15 +236,12 @@ def test_no_seed_no_prompt_and_no_failure(tiny, tmp_path):
     pool_files(tmp_path)
     write_records(tmp_path/'verdicts.jsonl', [{'name': read_problems(tmp_path/'pool.jsonl')[0]['name'], 'sample_idx': 0, 'verdict': 'fail',
                                               'reason': 'lean error: x', 'proof': 'x'}], 'verdict')
-    from ei_nb.conjecture import run_conjecture
     SAMPLERS['scripted'] = Scripted
-    res = run_conjecture(tmp_path/'pool.jsonl', tmp_path/'verdicts.jsonl', tiny, tmp_path/'out', 1, n_prompts=4, prompt_style='completion',
-                         sampler='scripted', log=lambda *a: None, progress=False)
+    res = run_conj(tiny, tmp_path/'pool.jsonl', tmp_path/'verdicts.jsonl', tmp_path/'out', 1, n_prompts=4)
     assert (res['seeds'], res['prompts'], res['generated'], res['kept']) == (0, 0, 0, 0)
     for f in ('conjecture_prompts', 'conjecture_candidates', 'conjecture_problems', 'conjecture_samples', 'conjecture_verdicts', 'conjectures', 'conjecture_rows'):
         assert (tmp_path/'out'/f'{f}.jsonl').exists(), f
-    res = run_conjecture(tmp_path/'pool.jsonl', '', tiny, tmp_path/'out2', 1, n_prompts=4, prompt_style='completion',     # round 1: no verdicts yet
-                         sampler='scripted', log=lambda *a: None, progress=False)
+    res = run_conj(tiny, tmp_path/'pool.jsonl', '', tmp_path/'out2', 1, n_prompts=4)     # round 1: no verdicts yet
     assert (res['seeds'], res['prompts'], res['kept']) == (0, 0, 0) and (tmp_path/'out2'/'conjectures.jsonl').read_text() == ''
 
 
@@ -266,11 +273,13 @@ def test_sigkill_while_proving_then_rerun_gives_identical_files(tiny, tmp_path):
 
 def test_the_notebook_parameters_match_the_interface():
     "The parameter names the driver injects (01c's verifier keys and the stage's own) are all in the parameters cell."
-    import papermill as pm
-    params = set(pm.inspect_notebook(str(ROOT/'nbs'/'00b_conjecture.ipynb')))
+    from ei_nb.config import flat_parameters, notebook_parameters
+    params = notebook_parameters(ROOT/'nbs'/'00b_conjecture.ipynb')
     assert {'problems_path', 'extra_problems_paths', 'verdicts_path', 'model_dir', 'out_dir', 'round_idx', 'prompt_style', 'protected_paths',
-            'verify_backend', 'lean_project', 'workers', 'timeout', 'known_proofs', 'stage_json', 'n_prompts', 'n', 'conj_hi', 'lemma_frac',
-            'elegance_quantile', 'max_new_tokens', 'temperature', 'top_p', 'seed', 'sampler', 'tensor_parallel_size', 'data_parallel_size'} <= params
+            'verify', 'stage_json', 'sampler', 'tensor_parallel_size', 'data_parallel_size', 'conjecture', 'sampling'} <= set(params)
+    assert {'n_prompts', 'n', 'conj_hi', 'lemma_frac', 'elegance_quantile', 'max_new_tokens', 'temperature', 'top_p',
+            'seed'} <= set(flat_parameters(params, {'verify'}))          # the keys of [conjecture] in a config
+    assert set(params['verify']['default']) == {'backend', 'project', 'workers', 'timeout', 'known_proofs', 'max_error_frac'}
 
 
 def test_lean_checks_speak_the_repl_protocol(tmp_path):
@@ -388,7 +397,7 @@ def test_this_rounds_conjectures_are_held_back_from_this_rounds_selection(tmp_pa
     write_records(tmp_path/'conjectures.jsonl', cps[:1], 'problem')
     write_records(tmp_path/'later.jsonl', cps[1:], 'problem')
     write_records(tmp_path/'v.jsonl', ver + [{'name': 'pool_a', 'sample_idx': k, 'verdict': 'pass' if k < 2 else 'fail'} for k in range(8)])
-    summary, table = run_select(tmp_path/'pool.jsonl', tmp_path/'v.jsonl', tmp_path/'sel.jsonl', (), extra_pool_paths=[tmp_path/'conjectures.jsonl', tmp_path/'later.jsonl'],
+    summary, table = run_select(tmp_path/'pool.jsonl', tmp_path/'v.jsonl', tmp_path/'sel.jsonl', (), {}, extra_pool_paths=[tmp_path/'conjectures.jsonl', tmp_path/'later.jsonl'],
                                 held_back_paths=[tmp_path/'conjectures.jsonl'])
     assert sorted(p['name'] for p in read_problems(tmp_path/'sel.jsonl')) == ['B', 'pool_a'] and summary['held_back'] == 1
 

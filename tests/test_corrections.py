@@ -3,6 +3,7 @@ self-correction turn built from them, on real miniF2F statements and published p
 import json, sys
 from pathlib import Path
 import pytest
+ROOT = Path(__file__).resolve().parents[1]
 
 from ei_nb.core import check_record, shared_data
 from ei_nb.prompts import CORRECTION_PROMPT, correction_messages, error_feedback
@@ -191,11 +192,17 @@ class Scripted(TransformersSampler):
 
 
 def correct(tiny, d, out, sampler=Scripted, extra=0, solved=False, **kw):
-    from ei_nb.correct import run_correct
-    from ei_nb.samplers import verifier_of
+    "`run_correct` with the scripted sampler, completion prompts, a verifier that accepts all, and the recipe's rules."
+    from ei_nb.correct import PREFIXES, CorrectionRules, run_correct
+    from ei_nb.samplers import SampleParams
+    from ei_nb.sample_job import SamplerSetup
+    from ei_nb.verify import verifier_of
     SAMPLERS['scripted'] = sampler
-    return run_correct(*round_files(d, extra, solved), tiny, out, 1, n=kw.pop('n', 3), max_new_tokens=12, prompt_style='completion', sampler='scripted',
-                       verifier=verifier_of('tests.test_corrections:accept_all'), log=lambda *a: None, progress=False, **kw)
+    rules = CorrectionRules(kw.pop('max_per_problem', 0), kw.pop('max_per_failure', 1), tuple(kw.pop('prefixes', PREFIXES)),
+                            kw.pop('max_tokens', 18432))
+    setup = SamplerSetup('scripted', None, 'completion', kw.pop('chunk_problems', 4), 0.75)
+    return run_correct(*round_files(d, extra, solved), tiny, out, 1, SampleParams(n=kw.pop('n', 3), max_new_tokens=12),
+                       verifier_of('tests.test_corrections:accept_all'), setup, rules, kw.pop('protected', ()), log=lambda *a: None)
 
 
 def test_only_lean_failures_are_corrected_and_verified_ones_become_rows(tiny, tmp_path):
@@ -223,7 +230,7 @@ def test_which_failures_qualify_as_goedels():
     """Issue 30, point 13, against Goedel-Prover-V2's `load_data_for_correction` (src/utils.py @ 2e9036e): problem A has a pass and
     3 Lean errors (none tried); B has no pass and 8 failures: 2 Lean errors and 1 incomplete proof are tried, in sample order; a timeout
     (Goedel skips it too), a pre-check cheat, an axiom and a statement rejection, and `no_code` are not (our stated departures)."""
-    import inspect
+    import inspect, tomllib
     from ei_nb.correct import correction_candidates, correction_problem, run_correct
     pa, pb = (dict(MINIF2F[NAME], name=n) for n in ('A', 'B'))
     smp = lambda n, i: {'name': n, 'sample_idx': i, 'round': 1, 'completion': 'x', 'n_tokens': 9 - i, 'capped': False}
@@ -235,7 +242,7 @@ def test_which_failures_qualify_as_goedels():
           ver('B', 6, 'fail', 'lean_statement: the theorem is not the problem'), ver('B', 7, 'fail', 'lean error: y')]
     got = correction_candidates([pa, pb], [smp('A', i) for i in range(4)] + [smp('B', i) for i in range(8)], va + vb)
     assert [(p['name'], s['sample_idx']) for p, s, _ in got] == [('B', 0), ('B', 2), ('B', 7)]
-    assert inspect.signature(run_correct).parameters['n'].default == 2       # Goedel's NUM_SAMPLES_CORRECTION
+    assert tomllib.loads((ROOT/'configs'/'demo_corrections.toml').read_text())['correct']['n'] == 2   # Goedel's NUM_SAMPLES_CORRECTION
     turn = correction_problem(pb, smp('B', 2), vb[2])['turn_prompt']
     assert 'position of the error.\n\n\n\nBefore producing' in turn           # Goedel's empty error section
 

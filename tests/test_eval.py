@@ -6,7 +6,15 @@ from ei_nb import eval as E
 from ei_nb.cli import main
 from ei_nb.core import read_problems, read_samples, read_verdicts, sha256_file, shared_data, write_records
 from ei_nb.layout import EvalLayout, read_stage_json, stage_numbers
-from ei_nb.samplers import DelayVerifier
+from ei_nb.samplers import DelayVerifier, SampleParams
+from ei_nb.sample_job import SamplerSetup
+from ei_nb.verify import VerifierSettings
+
+
+def run_eval(problems, model_dir, out_dir, n, max_new_tokens, seed=0, verify_backend='none', **kw):
+    "`run_eval` with the sampling of a test: transformers, chat prompts, 4 problems a chunk."
+    return E.run_eval(problems, model_dir, out_dir, SampleParams(n=n, max_new_tokens=max_new_tokens, seed=seed),
+                      VerifierSettings(verify_backend), SamplerSetup('transformers', None, 'chat', 4, 0.5), 0, False, **kw)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,7 +76,7 @@ def test_scores_passes_from_the_verifier(model_dir, valid_file, tmp_path, monkey
     fake = DelayVerifier(verdict_fn=lambda p, s: 'pass' if p['name'] in first and s['sample_idx'] == 0 else 'fail')
     import ei_nb.sample_job as SJ                                    # the evaluation samples and verifies through the one sampling job
     monkeypatch.setattr(SJ, 'open_verifier', lambda *a, **k: fake)
-    r = E.run_eval(valid_file, model_dir, tmp_path, n=4, max_new_tokens=8, verify_backend='repl', log=lambda *a: None)
+    r = run_eval(valid_file, model_dir, tmp_path, n=4, max_new_tokens=8, verify_backend='repl', log=lambda *a: None)
     assert (r['solved'], r['n_problems']) == (2, 8)
     assert r['pass_at_k'] == pytest.approx({'1': 2 / 32, '4': 2 / 8})
     assert r['code_frac'] == 1.0 and r['verdict_counts'] == {'fail': 30, 'pass': 2}
@@ -76,9 +84,9 @@ def test_scores_passes_from_the_verifier(model_dir, valid_file, tmp_path, monkey
 
 def test_rerun_resumes_and_reproduces(model_dir, valid_file, tmp_path):
     kw = dict(n=2, max_new_tokens=12, seed=5, log=lambda *a: None)
-    a = E.run_eval(valid_file, model_dir, tmp_path / 'a', **kw)
-    again = E.run_eval(valid_file, model_dir, tmp_path / 'a', **kw)
-    b = E.run_eval(valid_file, model_dir, tmp_path / 'b', **kw)
+    a = run_eval(valid_file, model_dir, tmp_path / 'a', **kw)
+    again = run_eval(valid_file, model_dir, tmp_path / 'a', **kw)
+    b = run_eval(valid_file, model_dir, tmp_path / 'b', **kw)
     assert again['timings']['generation_s'] == 0
     assert (tmp_path / 'a' / 'eval_samples.jsonl').read_bytes() == (tmp_path / 'b' / 'eval_samples.jsonl').read_bytes()
     drop = lambda r: {k: v for k, v in r.items() if k not in ('timings', 'tokens_per_s')}
@@ -101,7 +109,7 @@ def test_stage_notebook_runs_under_papermill(model_dir, valid_file, tmp_path):
     pm = pytest.importorskip('papermill')
     pm.execute_notebook(str(ROOT / 'nbs' / '04_eval.ipynb'), str(tmp_path / 'executed.ipynb'), kernel_name='python3', language='python',
                         parameters=dict(problems_path=str(valid_file), model_dir=str(model_dir), out_dir=str(tmp_path / 'eval'),
-                                        n=2, max_new_tokens=8, round_idx=3),
+                                        sampling=dict(n=2, max_new_tokens=8), round_idx=3),   # a group: one dict
                         progress_bar=False, cwd=str(ROOT / 'nbs'))
     r = stage_numbers(tmp_path / 'eval' / 'stage.json')                   # no stage_json given: beside the records
     assert (r['n_problems'], r['n_samples'], r['round']) == (8, 16, 3)

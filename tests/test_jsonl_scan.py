@@ -365,7 +365,7 @@ def test_run_select_reads_the_pool_the_same(tmp_path, monkeypatch):
     for scan in ('1', '0'):
         monkeypatch.setenv('EI_JSONL_SCAN', scan)
         summary, table = run_select(tmp_path / 'pool.jsonl', tmp_path / 'v.jsonl', tmp_path / f'sel{scan}.jsonl', [protected],
-                                    include_zero=True, max_zero=5, max_problems=40)
+                                    dict(include_zero=True, max_zero=5, max_problems=40))
         out[scan] = (summary, table, (tmp_path / f'sel{scan}.jsonl').read_bytes())
     assert out['1'][0] == out['0'][0] and out['1'][2] == out['0'][2]
     assert out['1'][0]['protected_removed'] > 0 and out['1'][0]['selected'] == 40

@@ -3,7 +3,7 @@ import json, os, shutil, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
 ROOT = Path(__file__).resolve().parents[1]
-from ei_nb import sample as S
+from ei_nb import samplers as S
 from ei_nb.core import BadInput, read_problems, read_samples, read_verdicts, shared_data, write_records
 from ei_nb.samplers import DelayVerifier, SampleParams, TransformersSampler, run_pipeline
 
@@ -175,7 +175,7 @@ def test_cli_sigterm_then_resume(model_dir, sampler, problems, tmp_path):
     run_pipeline(problems, sampler, tmp_path / 'whole.jsonl', SampleParams(n=4, max_new_tokens=48), chunk_problems=1)
     out = tmp_path / 'part.jsonl'
     args = [sys.executable, '-c', 'from ei_nb.cli import _entry; _entry()', 'sample', '--problems', str(pf),
-            '--model', str(model_dir), '--out', str(out), '--n', '4', '--max-new-tokens', '48', '--chunk-problems', '1']
+            '--model', str(model_dir), '--out', str(out), '--n', '4', '--max-new-tokens', '48', '--chunk-problems', '1', '--round', '0']
     env = dict(os.environ, OMP_NUM_THREADS='1')
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 180
@@ -193,11 +193,13 @@ def test_cli_sigterm_then_resume(model_dir, sampler, problems, tmp_path):
 def test_stage_function_reuses_seed_sampling(model_dir, problems, tmp_path):
     "run_sample_verify: a second round-1 run seeded with the first one's files samples nothing again."
     from ei_nb.sample_verify import run_sample_verify
+    from ei_nb.sample_job import SamplerSetup
+    from ei_nb.verify import VerifierSettings
     pf = tmp_path / 'selected.jsonl'; write_records(pf, problems[:3], 'problem')
-    kw = dict(n=2, max_new_tokens=8, log=lambda *a: None)
-    a = run_sample_verify(pf, model_dir, tmp_path / 'r0', round_idx=0, **kw)
-    b = run_sample_verify(pf, model_dir, tmp_path / 'r1', round_idx=1, seed_samples_path=tmp_path / 'r0' / 'samples.jsonl',
-                          seed_verdicts_path=tmp_path / 'r0' / 'verdicts.jsonl', **kw)
+    job = (SampleParams(n=2, max_new_tokens=8), VerifierSettings('none'), SamplerSetup('transformers', None, 'chat', 4, 0.5))
+    a = run_sample_verify(pf, model_dir, tmp_path / 'r0', 0, *job, log=lambda *a: None)
+    b = run_sample_verify(pf, model_dir, tmp_path / 'r1', 1, *job, tmp_path / 'r0' / 'samples.jsonl',
+                          tmp_path / 'r0' / 'verdicts.jsonl', log=lambda *a: None)
     assert (a['n_generated'], b['n_generated'], b['n_prefilled_problems']) == (6, 0, 3)
     assert [s['completion'] for s in read_samples(tmp_path / 'r1' / 'samples.jsonl')] == [s['completion'] for s in read_samples(tmp_path / 'r0' / 'samples.jsonl')]
     assert {'wall_s', 'generation_s', 'verification_s', 'overlap_efficiency'} <= set(b['timings'])   # what the stage's stage.json records
@@ -213,7 +215,7 @@ def test_stage_notebook_runs_under_papermill(model_dir, problems, tmp_path):
     pm.execute_notebook(str(ROOT / 'nbs' / '01_sample_verify.ipynb'), str(tmp_path / 'executed.ipynb'), kernel_name='python3',
                         language='python', progress_bar=False, cwd=str(ROOT / 'nbs'),
                         parameters=dict(problems_path=str(pf), model_dir=str(model_dir), out_dir=str(tmp_path / 'round_02'),
-                                        round_idx=2, n=3, max_new_tokens=8))
+                                        round_idx=2, sampling=dict(n=3, max_new_tokens=8)))   # a group: one dict
     out = tmp_path / 'round_02'
     assert {s['round'] for s in read_samples(out / 'samples.jsonl')} == {2} and len(read_verdicts(out / 'verdicts.jsonl')) == 12
     from ei_nb.layout import read_stage_json

@@ -108,12 +108,17 @@ def _stage_params():
 def test_chain_hash_changes_with_each_stage_seed():
     "A reseeded stage must not look finished: its chain hash, and so every later one, changes with `seed`."
     from ei_nb.markers import VOLATILE, chain_hash
-    seeded = {s: p for s, p in _stage_params().items() if 'seed' in p}
+    def reseeded(p):   # the seed of the stage, or of its `sampling` group
+        if 'seed' in p: return p | {'seed': p['seed'] + 1}
+        return p | {'sampling': p['sampling'] | {'seed': p['sampling']['seed'] + 1}}
+    seeded = {s: p for s, p in _stage_params().items() if 'seed' in p or 'seed' in (p.get('sampling') or {})}
     assert {'00_select', '01_sample_verify', '02_sft', '04_eval'} <= set(seeded), sorted(seeded)
     for stage, params in seeded.items():
         params = {k: v for k, v in params.items()}
         h = chain_hash(stage, 1, params, {'x': 'sha'}, 'prev')
-        assert chain_hash(stage, 1, params | {'seed': params['seed'] + 1}, {'x': 'sha'}, 'prev') != h, stage
+        assert chain_hash(stage, 1, reseeded(params), {'x': 'sha'}, 'prev') != h, stage
+        if 'verify' in params:                                             # the verifier's speed knobs are in its group
+            assert chain_hash(stage, 1, params | {'verify': params['verify'] | {'workers': 99}}, {'x': 'sha'}, 'prev') == h
         assert chain_hash(stage, 1, params, {'x': 'sha'}, h) != h                 # a rerun earlier stage
         assert chain_hash(stage, 1, params, {'x': 'other'}, 'prev') != h          # a changed input file
         for k in VOLATILE & set(params):                                   # speed-only knobs are left out

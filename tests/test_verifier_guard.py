@@ -125,8 +125,7 @@ def test_a_401_from_the_checking_server_stops_ei_confirm_run_at_once(canned, tmp
     sub = tmp_path / 'test.jsonl'
     write_records(sub, cf.load_test_problems()[0][:24], 'problem')
     with checker('401') as (url, h):
-        cf.register(tmp_path / 'run', model=m, baseline_model=b, n=1, max_new_tokens=16, problems=sub,
-                    runner='ei_nb.eval:run_eval',
+        cf.register(tmp_path / 'run', model=m, baseline_model=b, n=1, max_new_tokens=16, problems=sub, runner='ei_nb.eval:eval_arm',
                     sampler={'sampler': 'served', 'serve': SERVE, 'prompt_style': 'completion', 'chunk_problems': 8},
                     verifier={'verify_backend': 'server', 'endpoints': [url]})
         with pytest.raises(StageFailed, match='HTTP 401') as e: cf.run_confirmation(tmp_path / 'run', report=False)
