@@ -114,7 +114,9 @@ DRIVER_KEYS = {
                                        'a broken verifier'),
                'ray_address': ('', 'backend ray: the Ray cluster, e.g. node1:6379 (empty: $RAY_ADDRESS, else auto)'),
                'workers_per_node': (0, "backend ray: REPLs per Ray node (0: the node's `lean_workers` resource)"),
-               'replay': (True, 'replay passing proofs through the kernel (repl, lean); false: NOT replayed')},
+               'replay': (True, 'replay passing proofs through the kernel (repl, lean); false: NOT replayed'),
+               'allow_unreplayed': (False, 'score passes no kernel replay confirmed (the server back-end, replay '
+                                           'off); eval and confirm refuse them otherwise, the trail records it')},
     'serve': {'backend': ('local', 'local (this node\'s GPUs) or ray (a Ray cluster started once with `ray start`)'),
               'vllm_bin': ('vllm', 'the vllm command (a path, or a command line; {python} is this Python)'),
               'data_parallel_size': (1, 'engines behind the one endpoint (all nodes together)'),
@@ -292,12 +294,14 @@ def verifier_params(cfg:dict, paths:dict, run_dir) -> dict:
     known = RunLayout(run_dir).known_proofs(cfg['demo']) if backend == 'known' else ''
     return {'verify_backend': backend, 'lean_project': project if backend in ('lean', 'repl', 'ray') else '',
             'workers': v['workers'] or 0, 'timeout': v['timeout'], 'known_proofs': str(known),
-            'max_error_frac': v['max_error_frac']}
+            'max_error_frac': v['max_error_frac'],
+            **({'allow_unreplayed': True} if v['allow_unreplayed'] else {})}   # recorded only when it is on
 
 def verify_param(v:dict) -> dict:
     "The `verify` parameter of a stage notebook (the keys of `ei_nb.verify.VerifierSettings`) of `verifier_params`."
     return {'backend': v['verify_backend'], 'project': v['lean_project'], 'workers': v['workers'],
-            'timeout': v['timeout'], 'known_proofs': v['known_proofs'], 'max_error_frac': v['max_error_frac']}
+            'timeout': v['timeout'], 'known_proofs': v['known_proofs'], 'max_error_frac': v['max_error_frac'],
+            **({'allow_unreplayed': True} if v.get('allow_unreplayed') else {})}
 
 # %% ../nbs/run/config.ipynb #5223dcb6
 def served(cfg:dict, stage:str) -> bool:

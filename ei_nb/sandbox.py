@@ -30,6 +30,7 @@ def install_root(path) -> Path:
     "What an executable needs: elan's folder for `ELAN/bin/lake`, `PREFIX` for `PREFIX/bin/X`, else itself."
     p = Path(path).absolute()
     if p.parent.name == 'bin' and len(p.parents) > 2: return p.parent.parent
+    if p.suffix == '.py': return p.parent   # a script imports its siblings (a stand-in's shared model)
     return p
 
 # %% ../nbs/verifier/sandbox.ipynb #a41b85fe
