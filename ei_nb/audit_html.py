@@ -4,17 +4,20 @@
 
 # %% ../nbs/around/audit_html.ipynb #b494a98b
 from __future__ import annotations
-import copy, html, json, base64
+import copy, html, json, base64, os, re
 from pathlib import Path
 import nbformat
+from .cli import parser
 from .core import BadInput, atomic_write_text
+from .layout import FINAL, ROUND0_STAGES, ROUND_STAGES, RunLayout, portable, read_stage_json
+from .report import decision_text, load_run
 
 # %% auto #0
 __all__ = ['RUNNER_HEADING', 'LIBRARY_TAG', 'SUMMARY_TAG', 'PARAMETER_TAGS', 'EXAMPLE_LABEL', 'runner_index', 'library_cells',
            'tag_library_cells', 'reuse_note', 'summary_markdown', 'strip_noise', 'label_examples',
            'strip_papermill_copy', 'audit_copy', 'notebook_html', 'rounds_table', 'index_html', 'run_pages',
            'stage_summary', 'render_page', 'latest_figures', 'render_run', 'report_cli', 'stage_sequence',
-           'notebook_links', 'annotate_executed']
+           'notebook_links', 'collapse_library', 'annotate_executed']
 
 # %% ../nbs/around/audit_html.ipynb #04f8c4bc
 RUNNER_HEADING = '## Run the stage'   # the heading that opens the runner section of every stage notebook
@@ -66,6 +69,14 @@ def _table(d:dict) -> str:
     if not d: return '(none)'
     return '| | |\n|---|---|\n' + '\n'.join(f'| {k} | {_value(v)} |' for k, v in d.items())
 
+def _flat(d:dict, prefix:str='') -> dict:
+    "Nested numbers on one level, a row each: `{'timings': {'load_s': 5.8}}` -> `{'timings · load_s': 5.8}`."
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v: out |= _flat(v, f'{prefix}{k} · ')
+        else: out[f'{prefix}{k}'] = v
+    return out
+
 def _inline(d:dict) -> str:
     "Many short values on a few lines, not a row each: `k` = v · ..."
     return ' · '.join(f'{k} = {_value(v)}' for k, v in d.items()) if d else '(none)'
@@ -94,13 +105,12 @@ def summary_markdown(stage:dict, # the stage's `stage.json`
     head = f"## Summary of `{stage.get('stage', '?')}`" + (f" — round {stage['round']}" if 'round' in stage else '')
     parts = [head, f"Wall time: {wall:,.1f} s." if isinstance(wall, (int, float)) else '',
              _links(links or {}), reuse_note(stage), '### Headline numbers', _table(stage.get('headline') or {}),
-             '### Other numbers' if stage.get('detail') else '', _inline(_ends(stage['detail'])) if stage.get('detail') else '',
+             '### Other numbers' if stage.get('detail') else '', _table(_flat(_ends(stage['detail']))) if stage.get('detail') else '',
              '### Inputs', _bullets(stage.get('inputs') or {}), '### Outputs', _bullets(stage.get('outputs') or {}),
              '### Parameters in force', _inline(stage.get('params') or {})]
     return '\n\n'.join(p for p in parts if p)
 
 # %% ../nbs/around/audit_html.ipynb #14297ce3
-import re
 _BAR = re.compile(r'^.*\d+%\|.*\|.*$')                                     # a tqdm progress bar
 _TQDM_WARN = re.compile(r'TqdmWarning: IProgress not found|^\s*from \.autonotebook import tqdm')
 _PROGRESS = re.compile(r'^\w[\w ]*: step \d+/\d+\b')                      # `train: step 30/660 loss ...`
@@ -222,12 +232,10 @@ def index_html(title:str, decision:str, rows:list[dict], figures:list[Path]) -> 
 
 # %% ../nbs/around/audit_html.ipynb #ea1141a4
 def _relative(target:Path, start:Path) -> str:
-    import os
     return Path(os.path.relpath(target, start.parent)).as_posix()
 
 def run_pages(run_dir) -> list[dict]:
     "Every executed notebook of a run, in the order the stages ran: round, stage, notebook, stage.json, page."
-    from ei_nb.layout import RunLayout, ROUND_STAGES, ROUND0_STAGES, FINAL
     lay = RunLayout(run_dir)
     out = []
     for r in [*lay.rounds(), FINAL]:
@@ -249,7 +257,6 @@ def _page_links(pages:list[dict], i:int, index:Path) -> dict:
 # %% ../nbs/around/audit_html.ipynb #1666534a
 def stage_summary(page:dict, links:dict) -> str|None:
     "The summary markdown of one executed stage, from its stage.json (None when the stage wrote none)."
-    from ei_nb.layout import read_stage_json, FINAL
     rec = read_stage_json(page['stage_json'])
     if rec is None: return None
     return summary_markdown({**rec, **({} if page['round'] == FINAL else {'round': page['round']})}, links)
@@ -264,7 +271,6 @@ def render_page(page:dict, links:dict) -> Path:
 # %% ../nbs/around/audit_html.ipynb #11e3d484
 def _scores(run_dir) -> dict:
     "S_r by round from the newest round manifest (S_0 is the base model)."
-    from ei_nb.layout import RunLayout
     lay = RunLayout(run_dir)
     for r in reversed(lay.rounds()):
         p = lay.manifest(r)
@@ -272,12 +278,10 @@ def _scores(run_dir) -> dict:
     return {}
 
 def _decision(run_dir) -> str:
-    from ei_nb.report import decision_text, load_run
     return decision_text(load_run(run_dir))
 
 def latest_figures(lay) -> Path:
     "The figures of the newest report: the final report's, else those of the last round that has a report."
-    from ei_nb.layout import FINAL
     for r in [FINAL, *reversed(lay.rounds())]:
         if lay.round(r).figures.is_dir(): return lay.round(r).figures
     return lay.figures
@@ -285,7 +289,6 @@ def latest_figures(lay) -> Path:
 def render_run(run_dir, # a run folder written by `ei run`
               ) -> Path:
     "Render every stage page of a run and its `index.html`; the index's path."
-    from ei_nb.layout import RunLayout
     lay = RunLayout(run_dir)
     if not lay.run_dir.is_dir(): raise BadInput(f'{run_dir}: not a run folder')
     index = lay.run_dir/'index.html'
@@ -301,15 +304,14 @@ def render_run(run_dir, # a run folder written by `ei run`
     return index
 
 def _round_decision(lay, r:int) -> str:
-    p = lay.round(r).decision
-    if not p.is_file(): return ''
-    d = json.loads(p.read_text())
+    "The round's decision in two words, from its stop rule's stage.json."
+    d = (read_stage_json(lay.round(r).stage_json('05_stop_rule')) or {}).get('headline')
+    if not d: return ''
     return ('stop: ' + str(d.get('reason'))) if d.get('stop') else 'go on'
 
 # %% ../nbs/around/audit_html.ipynb #86407691
 def report_cli(argv:list[str]) -> dict:
     "`ei report html --run-dir RUN`: the run's audit trail as HTML pages and `index.html`."
-    from ei_nb.cli import parser
     p = parser('report', 'render a run folder as HTML: a page per executed stage and index.html')
     p.add_argument('what', choices=['html'], help='what to render')
     p.add_argument('--run-dir', required=True, help='the run folder (runs/NAME)')
@@ -319,8 +321,7 @@ def report_cli(argv:list[str]) -> dict:
 
 # %% ../nbs/around/audit_html.ipynb #12ec0de3
 def stage_sequence(last_round:int, round_stages=None) -> list[tuple[int, str]]:
-    "(round, stage) of every executed notebook of a run of `last_round` rounds (each running `round_stages`, default all), the final report last."
-    from ei_nb.layout import ROUND_STAGES, FINAL
+    "(round, stage) of every executed notebook of a run of `last_round` rounds (each running `round_stages`), the final report last."
     return [(0, 'demo'), (0, '01_sample_verify'), (0, '04_eval'),
             *[(r, s) for r in range(1, last_round + 1) for s in (round_stages or ROUND_STAGES)], (FINAL, '06_report')]
 
@@ -336,16 +337,23 @@ def notebook_links(layout, rnd:int, stage:str, last_round:int, round_stages=None
     return out
 
 # %% ../nbs/around/audit_html.ipynb #89013f9b
+def collapse_library(nb) -> int:
+    "Collapse the input and outputs of every `library` cell in JupyterLab (in place); the cells collapsed."
+    cells = [c for c in nb['cells'] if LIBRARY_TAG in c.get('metadata', {}).get('tags', [])]
+    for c in cells: c['metadata'].setdefault('jupyter', {}).update(source_hidden=True, outputs_hidden=True)
+    return len(cells)
+
 def annotate_executed(nb_path, # an executed stage notebook
                       source, # the stage notebook it was executed from
                       stage_json, # the stage's stage.json (no summary when absent)
                       links:dict|None=None, # label -> relative link
                       rnd:int|None=None, # the round, for the summary's title
+                      run_dir=None, # the run folder, written `{run_dir}` in the record (None: paths kept)
                      ) -> bool:
-    "Put the stage's summary on top of its executed notebook, drop papermill's input copy and the noise, label examples; whether a summary was added."
-    from ei_nb.layout import read_stage_json
+    "The executed notebook as a record: its summary on top, no input copy or noise, examples labelled, library collapsed."
     nb = nbformat.read(nb_path, as_version=4)
-    strip_papermill_copy(nb); strip_noise(nb); label_examples(nb)
+    if run_dir is not None: nb = nbformat.from_dict(portable(nb, run_dir))
+    strip_papermill_copy(nb); strip_noise(nb); label_examples(nb); collapse_library(nb)
     if nb.metadata.get('papermill') is not None: nb.metadata['papermill']['input_path'] = str(source)
     rec = read_stage_json(stage_json)
     nb.cells = [c for c in nb.cells if SUMMARY_TAG not in c.get('metadata', {}).get('tags', [])]

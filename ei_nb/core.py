@@ -13,8 +13,8 @@ __all__ = ['VERDICTS', 'SCHEMAS', 'KEYS', 'POOL_CAP', 'EVAL_CAP', 'SFT_MAX_TOKEN
            'StageFailed', 'DataStop', 'RecordError', 'fsync_dir', 'OutputError', 'remove_stale_temps', 'atomic_path',
            'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'check_output', 'check_record',
            'check_input', 'decode_line', 'iter_jsonl', 'read_records', 'read_problems', 'read_samples', 'read_verdicts',
-           'shared_data', 'jsonl_bytes', 'write_records', 'lean_code_only', 'normalize_ws', 'theorem_name',
-           'statement_key', 'sha256_file', 'sha256_json', 'hash_cache_dir', 'content_hash', 'read_json']
+           'shared_data', 'count_lines', 'jsonl_bytes', 'write_records', 'lean_code_only', 'normalize_ws',
+           'theorem_name', 'statement_key', 'sha256_file', 'sha256_json', 'hash_cache_dir', 'content_hash', 'read_json']
 
 # %% ../nbs/records/core.ipynb #251d4eac
 class EiError(Exception):
@@ -283,6 +283,13 @@ def shared_data(name:str='') -> Path:
     from importlib.resources import files
     if os.environ.get('EI_SHARED_DATA'): return Path(os.environ['EI_SHARED_DATA'])/name
     return Path(str(files('ei_nb')/'data'))/name
+
+# %% ../nbs/records/core.ipynb #86961a63
+def count_lines(path) -> int|None:
+    "Non-blank lines of a JSONL file (records), None when it is not there yet."
+    try:
+        with open(path, 'rb') as f: return sum(1 for l in f if l.strip())
+    except OSError: return None
 
 # %% ../nbs/records/core.ipynb #b77c9af8
 def jsonl_bytes(rows:Iterable[dict]) -> bytes:

@@ -6,11 +6,11 @@
 from __future__ import annotations
 import os, platform, time
 from .cli import say
-from .config import SECTIONS, portable
+from .config import SECTIONS
 from .core import DataStop, StageFailed, atomic_write_json, read_json
 from .eta import Estimator
 from .inputs import score_given_baseline
-from .layout import FINAL, ROUND0_STAGES, ROUND_STAGES, read_stage_json
+from .layout import FINAL, ROUND0_STAGES, ROUND_STAGES, portable, read_stage_json, trail_name
 from .markers import where
 from .sources import Sources
 from .step import Steps
@@ -80,7 +80,7 @@ class Run:
                    'wall_s': round(time.time() - t0, 1),
                    'stage_wall_s': {where(r, s): w for (r, s), w in self.steps.walls.items()}}
         if dec and dec.get('best_note'): summary['best_note'] = dec['best_note']
-        atomic_write_json(self.layout.summary, summary)
+        atomic_write_json(self.layout.summary, portable(summary, self.run_dir))   # the file names the run folder `{run_dir}`
         if dec and dec.get('reason') == 'data': raise DataStop(f"round {last}: {dec.get('detail')} (report: {summary['report']})")
         return summary
 
@@ -143,7 +143,7 @@ def write_manifest(sources:Sources, r:int, baseline_path=None, failure:dict|None
            'decision': dec, 'best_round': (dec or {}).get('best_round'), 'paths': _manifest_paths(sources, r, baseline_path),
            'base_model': L.relative(sources.paths['base_model']),
            'seeds': {SECTIONS[s]: st[s].get('seed') for s in ('00_select', '01_sample_verify', '02_sft', '04_eval')},
-           'verifier': dict(sources.verifier), 'versions': versions(), 'stages': stages,
-           'wall_s': {s: v.get('wall_s') for s, v in stages.items()}, 'config': cfg['source']}
+           'verifier': portable(dict(sources.verifier), sources.run_dir), 'versions': versions(), 'stages': stages,
+           'wall_s': {s: v.get('wall_s') for s, v in stages.items()}, 'config': trail_name(cfg['source'], sources.run_dir)}
     if (dec or {}).get('best_note'): man['best_note'] = dec['best_note']
     atomic_write_json(L.round(r).manifest, man)

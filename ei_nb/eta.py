@@ -5,12 +5,12 @@
 # %% ../nbs/run/eta.ipynb #ee9a7d05
 from __future__ import annotations
 from pathlib import Path
-from .core import BadInput, SFT_MAX_TOKENS, atomic_write_json, read_json, read_problems
+from .core import BadInput, SFT_MAX_TOKENS, atomic_write_json, count_lines, read_json, read_problems
 from .layout import RunLayout, read_stage_json
 
 # %% auto #0
-__all__ = ['DPO_TOKEN_COST', 'ETA_KEYS', 'training_work', 'stage_work', 'model_seconds', 'eta_seconds', 'count_lines', 'hms',
-           'record_rate', 'planned_sizes', 'Estimator']
+__all__ = ['DPO_TOKEN_COST', 'ETA_KEYS', 'training_work', 'stage_work', 'model_seconds', 'eta_seconds', 'hms', 'record_rate',
+           'planned_sizes', 'Estimator']
 
 # %% ../nbs/run/eta.ipynb #7d8fd489
 DPO_TOKEN_COST = 4 / 3   # a DPO token: policy forward + backward (3 units) plus the reference's forward (1 unit)
@@ -67,12 +67,6 @@ def eta_seconds(stage:str, cfg:dict, work:float, rates:dict) -> tuple[float, str
     "(seconds, 'measured' or 'model'): the measured rate of this stage when there is one."
     if (m := rates.get(stage)) and m.get('s_per_unit') is not None: return m['s_per_unit'] * work, 'measured'
     return model_seconds(stage, cfg, work), 'model'
-
-def count_lines(path) -> int|None:
-    "Non-blank lines of a JSONL file (records), None when it is not there yet."
-    try:
-        with open(path, 'rb') as f: return sum(1 for l in f if l.strip())
-    except OSError: return None
 
 def hms(s:float) -> str:
     "Seconds as H:MM:SS."

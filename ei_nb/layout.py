@@ -4,14 +4,15 @@
 
 # %% ../nbs/records/layout.ipynb #e4cfb60c
 from __future__ import annotations
-import datetime, json, os
+import datetime, json, os, re
 from dataclasses import dataclass
 from pathlib import Path
 from .core import BadInput, atomic_write_json, content_hash
 
 # %% auto #0
 __all__ = ['ROUND_STAGES', 'ROUND0_STAGES', 'FINAL', 'OUTPUTS', 'EvalLayout', 'RoundLayout', 'ConfirmLayout', 'RunLayout',
-           'digest', 'write_stage_json', 'read_stage_json', 'stage_numbers']
+           'portable', 'trail_name', 'run_root', 'digest', 'write_stage_json', 'read_stage_json', 'stale_files',
+           'stage_numbers']
 
 # %% ../nbs/records/layout.ipynb #c2840ba7
 ROUND_STAGES = ('00b_conjecture', '00_select', '01_sample_verify', '01c_correct', '02_sft', '03_average', '03c_sharpen', '04_eval', '05_stop_rule', '06_report')
@@ -31,7 +32,7 @@ OUTPUTS = {
     '03_average': ['model'],
     '03c_sharpen': ['logprobs_in.jsonl', 'logprobs_out.jsonl', 'logprobs_merged.jsonl', 'uplift.json', 'uplift.png'],
     '04_eval': ['eval'],
-    '05_stop_rule': ['decision.json'],
+    '05_stop_rule': [],   # its decision is the headline of its stage.json
     '06_report': ['figures'],
 }
 
@@ -141,9 +142,7 @@ class RoundLayout:
     def eval_samples(self) -> Path: return self.eval.samples
     @property
     def eval_verdicts(self) -> Path: return self.eval.verdicts
-    # 05_stop_rule, 06_report, the driver
-    @property
-    def decision(self) -> Path: return self/'decision.json'
+    # 06_report, the driver
     @property
     def figures(self) -> Path: return self/'figures'
     @property
@@ -159,10 +158,10 @@ class RoundLayout:
     def stage_json(self, stage:str) -> Path: return self.stages/f'{stage}.json'
     def notebook(self, stage:str) -> Path: return self/f'{stage}.ipynb'
     def artefacts(self) -> dict[str, Path]:
-        "The round's artefacts a manifest lists, by their name in the round folder: records, models, the decision, each stage's stage.json."
+        "The round's artefacts a manifest lists, by their name in the round folder: records, models, each stage's stage.json."
         ps = (self.conjectures, self.conjecture_verdicts, self.conjecture_rows, self.measurement, self.selected, self.samples, self.verdicts,
               self.correction_verdicts, self.correction_rows, self.sft_rows, self.sft_logprobs, self.adapter, self.merged, self.model,
-              self.uplift_json, self.uplift_png, self.eval_samples, self.eval_verdicts, self.decision,
+              self.uplift_json, self.uplift_png, self.eval_samples, self.eval_verdicts,
               *(self.stage_json(s) for s in (ROUND0_STAGES if self.r == 0 else ROUND_STAGES)))
         return {p.relative_to(self.dir).as_posix(): p for p in ps}
     def outputs(self, stage:str) -> list[Path]:
@@ -269,6 +268,30 @@ class RunLayout:
         name = str(name).replace('{run_dir}', str(self.run_dir))
         return Path(name) if Path(name).is_absolute() else self.run_dir/name
 
+# %% ../nbs/records/layout.ipynb #196c407c
+def portable(obj, # a string, or a dict/list of them (other values pass through)
+             run_dir, # the run folder
+            ):
+    "`obj` with the absolute run folder in its strings written `{run_dir}` (a sibling folder whose name only starts alike is left)."
+    root = re.escape(str(Path(run_dir).resolve()))
+    if isinstance(obj, dict): return {k: portable(v, run_dir) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)): return [portable(v, run_dir) for v in obj]
+    return re.sub(root + r'(?![\w.-])', '{run_dir}', obj) if isinstance(obj, str) else obj
+
+def trail_name(path, # a file a run names but may not hold (its config, a base model)
+               run_dir, # the run folder
+              ) -> str:
+    "`path` as a run's files name it: relative to the run folder inside it, else to the working folder inside that, else absolute."
+    p = Path(path).resolve()
+    for root in (Path(run_dir).resolve(), Path.cwd()):
+        if p.is_relative_to(root): return str(p.relative_to(root))
+    return str(p)
+
+def run_root(path) -> Path|None:
+    "The run folder that holds `path`: the nearest folder at or above it with a `run.json`; None outside a run."
+    p = Path(path).resolve()
+    return next((d for d in (p, *p.parents) if (d/'run.json').is_file()), None)
+
 # %% ../nbs/records/layout.ipynb #e762b1e1
 def digest(path) -> dict|None:
     "`{'sha256', 'bytes'}` of a file, `{'sha256', 'bytes', 'files'}` of a folder (`content_hash`: every byte); None if absent."
@@ -296,12 +319,14 @@ def write_stage_json(path, # where stage.json goes ('' or None: nowhere)
                      reason:str|None=None, # the data-stop reason
                      detail:dict|None=None, # the rest of its numbers (timings, counts by kind, curves)
                     ) -> dict|None:
-    "Write (atomically) and return the stage's account of itself."
-    rec = {'stage': stage, 'status': status, 'reason': reason,
-           'inputs': {k: {'path': str(v), **(digest(v) or {'missing': True})} for k, v in inputs.items() if v},
-           'outputs': {k: {'path': str(v), **(digest(v) or {'missing': True})} for k, v in outputs.items() if v},
-           'params': _plain(params), 'headline': _plain(headline), 'detail': _plain(detail or {}), 'wall_s': round(float(wall_s), 3),
-           'finished': datetime.datetime.now().isoformat(timespec='seconds')}
+    "Write (atomically) and return the stage's account of itself; inside a run folder its paths are relative to it."
+    root = run_root(Path(path).parent) if path else None
+    name = RunLayout(root).relative if root else str
+    plain = (lambda v: portable(_plain(v), root)) if root else _plain
+    def files(d): return {k: {'path': name(v), **(digest(v) or {'missing': True})} for k, v in d.items() if v}
+    rec = {'stage': stage, 'status': status, 'reason': reason, 'inputs': files(inputs), 'outputs': files(outputs),
+           'params': plain(params), 'headline': plain(headline), 'detail': plain(detail or {}),
+           'wall_s': round(float(wall_s), 3), 'finished': datetime.datetime.now().isoformat(timespec='seconds')}
     if path: atomic_write_json(path, rec)
     return rec
 
@@ -312,6 +337,19 @@ def read_stage_json(path) -> dict|None:
     except (OSError, ValueError) as e: raise BadInput(f'{path}: not a stage.json ({e})') from None
     if not isinstance(rec, dict) or 'stage' not in rec or 'headline' not in rec: raise BadInput(f'{path}: not a stage.json (no stage/headline)')
     return rec
+
+def stale_files(path, # a stage.json
+                run_dir=None, # the run folder its relative paths are read against (default: `run_root(path)`)
+               ) -> list[str]:
+    "The inputs and outputs of a stage.json whose file is now missing or whose content hash differs from the record."
+    rec, L = read_stage_json(path) or {}, RunLayout(run_dir or run_root(path) or Path(path).parent)
+    out = []
+    for kind in ('inputs', 'outputs'):
+        for k, f in (rec.get(kind) or {}).items():
+            if 'sha256' not in f: continue   # recorded as missing: nothing to check
+            now = digest(L.resolve(f['path']))
+            if now is None or now['sha256'] != f['sha256']: out.append(f"{kind} {k} ({f['path']}): {'missing' if now is None else 'changed'}")
+    return out
 
 def stage_numbers(path) -> dict|None:
     "A stage's numbers, headline and `detail` in one dict (the headline wins a shared key); None when it has not written stage.json."

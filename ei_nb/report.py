@@ -5,8 +5,14 @@
 # %% ../nbs/06_report.ipynb #e6d8ea82
 from __future__ import annotations
 import numpy as np
-from .core import BadInput, read_json, read_problems
+from .cli import parser
+from .conjecture import HEADLINE, conjecture_counts
+from .core import (BadInput, atomic_path, atomic_write_json, count_lines, iter_jsonl, read_json, read_problems,
+                        shared_data, write_records)
+from .eval import pass_at_k_mean, problem_counts
 from .frames import read_frame
+from .layout import RunLayout, read_stage_json, stage_numbers, write_stage_json
+from .select import pass_rates, plot_band
 
 # %% auto #0
 __all__ = ['mcnemar_p', 'solved_by_problem', 'mcnemar_table', 'mcnemar_power', 'min_detectable_effect', 'power_statement',
@@ -107,7 +113,6 @@ def mcnemar_files(a_path, b_path, problems_path=None) -> dict:
 
 def mcnemar_cli(argv):
     "`ei mcnemar --a FILE --b FILE [--problems FILE]`"
-    from ei_nb.cli import parser
     p = parser('mcnemar', 'exact McNemar test of two verdict files (b = solved by A only, c = by B only)')
     p.add_argument('--a', required=True); p.add_argument('--b', required=True); p.add_argument('--problems')
     a = p.parse_args(argv)
@@ -120,25 +125,22 @@ from pathlib import Path
 
 def _numbers(R, stage:str) -> dict|None:
     "A stage's numbers from its `stage.json` (headline and detail), None when it did not run."
-    from ei_nb.layout import stage_numbers
     return stage_numbers(R.stage_json(stage))
 
 def _round(L, r:int) -> dict:
     "What the report reads of round `r`: its manifest, the numbers of its stages, its decision."
-    from ei_nb.layout import read_stage_json
     R = L.round(r)
     man = read_json(R.manifest, {}) or {}
     meas = (man.get('paths') or {}).get('measurement_used')
     return {'round': r, 'dir': R.dir, 'files': R, 'manifest': man, 'select': _numbers(R, '00_select'),
             'select_params': (read_stage_json(R.stage_json('00_select')) or {}).get('params') or {},
             'sft': _numbers(R, '02_sft'), 'correct': _numbers(R, '01c_correct'), 'eval': _numbers(R, '04_eval'),
-            'eval_dir': R.eval_dir, 'decision': read_json(R.decision), 'measurement': L.resolve(meas) if meas else None}
+            'eval_dir': R.eval_dir, 'decision': (read_stage_json(R.stage_json('05_stop_rule')) or {}).get('headline'), 'measurement': L.resolve(meas) if meas else None}
 
 def load_run(run_dir, # a run folder written by `ei run`
              upto_round:int=-1, # rounds 1..upto_round (-1: every round there is)
             ) -> dict:
     "What the report shows, read from the run's files (named by `RunLayout`): run info, the baseline, and one entry per round."
-    from ei_nb.layout import RunLayout
     L = RunLayout(run_dir)
     r0 = read_json(L.manifest(0), {}) or {}
     base = (r0.get('paths') or {}).get('baseline_eval_verdicts')
@@ -148,18 +150,16 @@ def load_run(run_dir, # a run folder written by `ei run`
             'S_0': (r0.get('scores') or {}).get('S_0'), 'scored': L.scored, 'rounds': rounds}
 
 def summaries_read(run:dict) -> dict:
-    "The finished accounts the report rests on, by their name in the run: decisions and each stage's `stage.json` (which hash the files it plots)."
+    "The finished accounts the report rests on, by their name in the run: each stage's `stage.json` (which hash the files it plots)."
     L = run['layout']   # round manifests are left out: the driver rewrites them as the run goes on, so their hash would not stay true
     paths = [L.round(0).stage_json('04_eval')] + [p for r in run['rounds'] for p in
-             (r['files'].decision, *(r['files'].stage_json(s) for s in ('00b_conjecture', '00_select', '01c_correct', '02_sft', '04_eval')))]
+             [r['files'].stage_json(s) for s in ('00b_conjecture', '00_select', '01c_correct', '02_sft', '04_eval', '05_stop_rule')]]
     return {L.relative(p): p for p in paths if p.exists()}
 
 # %% ../nbs/06_report.ipynb #f0939ef0
 def example_run(out_dir, n_problems:int=24, n:int=4, rounds:int=2, seed:int=0) -> Path:
     "Write a crafted two-round run folder (real miniF2F-valid names, random verdicts) for examples and tests."
     import numpy as np
-    from ei_nb.core import atomic_write_json, iter_jsonl, shared_data, write_records
-    from ei_nb.layout import RunLayout, write_stage_json
     rng, L = np.random.default_rng(seed), RunLayout(out_dir)
     def stage(R, name, outputs, params, headline, detail=None):   # a stage's one summary, as the stage would write it
         write_stage_json(R.stage_json(name), name, {}, outputs, params, headline, 0.0, detail=detail)
@@ -198,7 +198,7 @@ def example_run(out_dir, n_problems:int=24, n:int=4, rounds:int=2, seed:int=0) -
               {'data': {'rows': 2 * len(sel), 'problems_kept': len(sel)}, 'losses': losses})
         S.append(eval_round(R, r, 0.05 * r))
         dec = {'stop': r == rounds, 'reason': 'budget' if r == rounds else None, 'best_round': int(np.argmax(S[1:])) + 1, 'scores': S[1:]}
-        atomic_write_json(R.decision, dec)
+        stage(R, '05_stop_rule', {}, {'rounds': rounds}, dec)
         atomic_write_json(R.manifest, {'round': r, 'scores': {f'S_{k}': s for k, s in enumerate(S)}, 'decision': dec,
                                        'paths': {'measurement_used': '{run_dir}/' + L.relative(meas)}})
         meas = R.verdicts
@@ -262,8 +262,6 @@ def training_table(run:dict) -> 'pd.DataFrame':
 def conjecture_table(run:dict) -> 'pd.DataFrame':
     "Per round that ran 00b: conjectures generated / parsed / elaborated / proved / kept (`conjecture_counts`), and the pool they grew."
     import pandas as pd
-    from ei_nb.conjecture import HEADLINE, conjecture_counts
-    from ei_nb.eta import count_lines
     rows, grown = [], 0
     for r in run['rounds']:
         if (h := conjecture_counts(r['files'].stage_json('00b_conjecture'))) is None: continue
@@ -275,7 +273,6 @@ def conjecture_table(run:dict) -> 'pd.DataFrame':
 def conjecture_examples(run:dict, per_round:int=3) -> 'pd.DataFrame':
     "A few kept conjectures per round, each beside the statement it was conjectured from and the lemma it was asked to use."
     import pandas as pd
-    from ei_nb.core import read_problems
     rows = []
     for r in run['rounds']:
         if not r['files'].conjectures.exists(): continue
@@ -287,7 +284,6 @@ def conjecture_examples(run:dict, per_round:int=3) -> 'pd.DataFrame':
 # %% ../nbs/06_report.ipynb #58219c43
 def save_figure(fig, figures_dir, name:str):
     "Write `fig` as `figures_dir/name.png` (atomically)."
-    from ei_nb.core import atomic_path
     if not figures_dir: return None
     path = Path(figures_dir)/f'{name}.png'
     with atomic_path(path, '.png') as tmp: fig.savefig(tmp, dpi=90, format='png')
@@ -296,8 +292,6 @@ def save_figure(fig, figures_dir, name:str):
 def plot_bands(run:dict):
     "One pass-rate histogram per round: the measurement that selected it, the band shaded, the selected problems in green."
     import matplotlib.pyplot as plt, pandas as pd
-    from ei_nb.frames import read_frame
-    from ei_nb.select import pass_rates, plot_band
     rs = [r for r in run['rounds'] if r['select'] and r['measurement'] and r['measurement'].exists()]
     fig, axes = plt.subplots(1, max(1, len(rs)), figsize=(6 * max(1, len(rs)), 3.3), squeeze=False)
     for ax, r in zip(axes[0], rs):
@@ -350,8 +344,6 @@ def plot_sft(run:dict):
 def plot_pass_at_k(run:dict):
     "pass@k for k = 1..n of the baseline and of every round."
     import matplotlib.pyplot as plt
-    from ei_nb.frames import read_frame
-    from ei_nb.eval import problem_counts, pass_at_k_mean
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     curves = {}   # identical curves are drawn once, labelled with every round they belong to
     for label, path in [('round 0 (base)', run['baseline_verdicts'])] + [(f"round {r['round']}", r['files'].eval_verdicts) for r in run['rounds']]:
@@ -369,7 +361,6 @@ def plot_pass_at_k(run:dict):
 def plot_lengths(run:dict):
     "Completion lengths of the evaluation samples per round, with the capped fraction."
     import matplotlib.pyplot as plt
-    from ei_nb.core import iter_jsonl
     fig, ax = plt.subplots(figsize=(6, 3.2))
     d0 = run['layout'].round(0).eval_samples
     caps = {(r['eval'].get('sampler') or {}).get('max_new_tokens') for r in run['rounds'] if r['eval']} - {None}
@@ -426,7 +417,6 @@ def solved_summary(solved:'pd.DataFrame') -> str:
 def pool_pass_rates(run:dict) -> 'pd.DataFrame':
     "Training problems (selected in some round) x samplings of the pool: pass rate, each column naming the model that sampled."
     import pandas as pd
-    from ei_nb.select import pass_rates
     L = run['layout']
     def model(r): return 'base model' if r <= 1 else f'model of round {r - 1}'
     cols = {}

@@ -7,12 +7,12 @@ from __future__ import annotations
 import contextlib, datetime, os, platform, signal, sys, threading
 from pathlib import Path
 from .cli import parser, say
-from .config import load_config, portable, validate_config
+from .config import load_config, validate_config
 from .core import BadInput, StageFailed, atomic_write_json, read_json
 from .doctor import preflight, raise_on_fail, table
 from .driver import Run
 from .dryrun import plan, print_plan
-from .layout import FINAL, RunLayout
+from .layout import FINAL, RunLayout, portable, trail_name
 from .markers import parse_redo, redo
 from .stage_process import kill_strays, require_kernel
 from .step import Until
@@ -52,9 +52,10 @@ def _record_invocation(run_dir, cfg, argv):
     p = RunLayout(run_dir).run_json
     rec = read_json(p, {}) or {}
     rec.setdefault('created', datetime.datetime.now().isoformat(timespec='seconds'))
-    rec['config'] = portable({k: cfg[k] for k in ('source', 'demo', 'run', 'paths', 'verify', 'eta', 'stages', 'stage_driver')}, run_dir)
+    keys = ('demo', 'run', 'paths', 'verify', 'eta', 'stages', 'stage_driver')
+    rec['config'] = {'source': trail_name(cfg['source'], run_dir)} | portable({k: cfg[k] for k in keys}, run_dir)
     rec['defaults_used'] = cfg['defaults_used']
-    rec.setdefault('invocations', []).append({'argv': list(argv), 'at': datetime.datetime.now().isoformat(timespec='seconds'),
+    rec.setdefault('invocations', []).append({'argv': portable(list(argv), run_dir), 'at': datetime.datetime.now().isoformat(timespec='seconds'),
                                               'pid': os.getpid(), 'host': platform.node()})
     atomic_write_json(p, rec)
 

@@ -5,11 +5,11 @@
 # %% ../nbs/run/step.ipynb #e81d5a1d
 from __future__ import annotations
 import json, time
-from .config import notebook_path, portable
-from .core import StageFailed
+from .config import notebook_path
+from .core import StageFailed, read_json
 from .eta import Estimator
 from .inputs import check_inputs, input_fingerprints, input_params, write_inputs
-from .layout import FINAL
+from .layout import FINAL, portable
 from .markers import chain_hash, check_params, existing_markers, finished, record, where
 from .sources import Sources
 from .stage_process import run_notebook
@@ -62,14 +62,16 @@ class Steps:
         R.dir.mkdir(parents=True, exist_ok=True)
         root = self.run_dir if stage == 'demo' else R.dir
         before = {p.name for p in root.iterdir()}
-        self.log(f'ei run: {where(rnd, stage)} -> {R.notebook(stage).relative_to(self.run_dir.parent)} (ETA {self.estimator.eta_text(rnd, stage)})')
+        eta = self.estimator.eta_text(rnd, stage)
+        self.log(f'ei run: {where(rnd, stage)} -> {R.notebook(stage).relative_to(self.run_dir.parent)} (ETA {eta})')
         t0 = time.time()
-        res = run_notebook(notebook_path(stage, self.nbs), R.notebook(stage), params, R.dir, self.tag, self.banner(rnd, stage, chain),
-                           run['kernel'], run['cell_timeout'], {k: str(v) for k, v in run['env'].items()}, R.partial/f'{stage}.log')
+        res = run_notebook(notebook_path(stage, self.nbs), R.notebook(stage), params, R.dir, self.tag,
+                           self.banner(rnd, stage, chain), run['kernel'], run['cell_timeout'],
+                           {k: str(v) for k, v in run['env'].items()}, R.partial/f'{stage}.log')
         outputs = sorted({p.name for p in root.iterdir()} - before - {'.partial', 'stages'})
-        if R.notebook(stage).exists():   # the record opens with the stage's own summary (trail)
-            annotate_executed(R.notebook(stage), f'nbs/{stage}.ipynb', R.stage_json(stage),   # the repository path, not this machine's
-                              self.links(rnd, stage), None if rnd == FINAL else rnd)
+        if R.notebook(stage).exists():   # the record opens with the stage's own summary; the run folder is `{run_dir}`
+            annotate_executed(R.notebook(stage), f'nbs/{stage}.ipynb', R.stage_json(stage),   # the repository's path
+                              self.links(rnd, stage), None if rnd == FINAL else rnd, self.run_dir)
         return res, round(time.time() - t0, 3), outputs
 
     def fail(self, rnd:int, stage:str, res:dict, chain:str, params:dict, extra:dict):
@@ -87,16 +89,22 @@ class Steps:
 
     def banner(self, rnd:int, stage:str, chain:str) -> str:
         "The markdown cell the executed notebook opens with: which run, round, stage and chain, and how it verifies."
-        text = (f"**Executed by `ei run`** — run `{self.run_dir.name}`, {'the final report' if rnd == FINAL else f'round {rnd}'}, "
-                f"stage `{stage}`, chain `{chain[:16]}`. The driver's parameters are in the cell tagged `injected-parameters`; "
+        text = (f"**Executed by `ei run`** — run `{self.run_dir.name}`, "
+                f"{'the final report' if rnd == FINAL else f'round {rnd}'}, stage `{stage}`, chain `{chain[:16]}`. "
+                f"The driver's parameters are in the cell tagged `injected-parameters` (`{{run_dir}}` is the run folder); "
                 f"its marker is `{self.layout.relative(self.layout.round(rnd).marker(stage))}`.")
-        v = self.sources.verifier['verify_backend']
-        if self.cfg['demo'] or v in ('known', 'arith'):
-            from ei_nb.demo import ARITH_NOTICE, DEMO_NOTICE
-            text += '\n\n' + ('**CPU demo.** ' if self.cfg['demo'] else '') + (DEMO_NOTICE if v == 'known' else ARITH_NOTICE if v == 'arith' else
-                     f'Verification: real Lean (`{v}`). The numbers demonstrate the machinery, not a prover.')
-            if self.cfg['demo'] and v != 'arith': text += ' The model is a tiny random Qwen3 warm-started on known proofs: it memorises, it does not prove.'
-        return text
+        return text + ('\n\n' + n if (n := self.notice()) else '')
+
+    def notice(self) -> str:
+        "How a run not checked by Lean verifies: the demo's own notice (its `demo.json`), else the back-end's name ('' for Lean)."
+        v, demo = self.sources.verifier['verify_backend'], self.cfg['demo']
+        if not (demo or v in ('known', 'arith')): return ''
+        plain = ' The numbers demonstrate the machinery, not a prover.'
+        said = f'Verification: real Lean (`{v}`).{plain}' if v not in ('known', 'arith') else \
+               (read_json(self.layout.demo_json) or {}).get('notice') if demo else None
+        said = said or f'Verification by `{v}`, not by Lean: a proof passes only if this back-end accepts it.{plain}'
+        memorises = ' The model is a tiny random Qwen3 warm-started on known proofs: it memorises, it does not prove.'
+        return ('**CPU demo.** ' if demo else '') + said + (memorises if demo and v != 'arith' else '')
 
     def inputs(self) -> dict:
         "The driver's input check as the `inputs` step of round 0 (same marker protocol as a stage)."
