@@ -9,7 +9,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from .core import (EVAL_CAP, BadInput, StageFailed, RecordError, atomic_write_json, atomic_write_bytes, jsonl_bytes,
                         check_record, iter_jsonl, read_json, read_verdicts, sha256_file, sha256_json, shared_data, statement_key)
+import ei_nb
+from .cli import parser, positive_int, say
+from .eval import score
+from .frames import read_frame
 from .layout import ConfirmLayout, RunLayout
+from .report import mcnemar_power, mcnemar_table, min_detectable_effect, solved_by_problem
 
 # %% auto #0
 __all__ = ['SCHEMA', 'ARMS', 'DEFAULT_PROBLEMS', 'DEFAULT_RUNNER', 'KS', 'ALPHA', 'P_DISC_DESIGN', 'HYPOTHESIS',
@@ -152,7 +157,6 @@ def check_runner_kwargs(fn, kwargs:dict) -> dict:
 PACKAGES = ('torch', 'transformers', 'vllm', 'peft', 'safetensors', 'tokenizers', 'numpy', 'scipy', 'pandas', 'papermill')
 
 def _git(*args) -> str|None:
-    import ei_nb
     try: r = subprocess.run(['git', '-C', str(Path(ei_nb.__file__).resolve().parent.parent), *args], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired): return None
     return r.stdout.strip() if r.returncode == 0 else None
@@ -160,7 +164,6 @@ def _git(*args) -> str|None:
 def code_state() -> dict:
     "Python, ei_nb and library versions, and the git commit (and whether tracked files are modified)."
     from importlib.metadata import version, PackageNotFoundError
-    import ei_nb
     def v(p):
         try: return version(p)
         except PackageNotFoundError: return None
@@ -393,7 +396,6 @@ def run_arm(cdir, reg:dict, arm:str, problems:list[dict], runner) -> dict:
     if done: raise StageFailed(f'{out.dir}: arm_done.json does not match this registration or its verdicts: archive with --force-rerun')
     if arm == 'baseline' and reg.get('baseline_from'): _copy_baseline(reg, out)
     else:
-        from ei_nb.cli import say
         accepts = inspect.signature(runner).parameters
         extra = {k: v for k, v in (('log', say), ('serve_log', str(C.server_log(arm)))) if k in accepts}   # a managed server logs to confirm/logs/
         say(f'ei confirm: sampling and verifying the {arm} ({len(problems)} problems x {reg["n"]})')
@@ -409,9 +411,6 @@ def run_arm(cdir, reg:dict, arm:str, problems:list[dict], runner) -> dict:
 # %% ../nbs/around/confirm.ipynb #f2e1934d
 def summarize(cdir, reg:dict, problems:list[dict]) -> dict:
     "Scores of both arms, the McNemar table, disagreements by name, power, and the registered outcome."
-    from ei_nb.frames import read_frame
-    from ei_nb.eval import score
-    from ei_nb.report import solved_by_problem, mcnemar_table, min_detectable_effect, mcnemar_power
     cols, names = ['name', 'sample_idx', 'verdict'], [p['name'] for p in problems]
     v = {a: read_frame(ConfirmLayout(Path(cdir)).arm(a).verdicts, 'verdict', columns=cols) for a in ARMS}
     s = {a: solved_by_problem(v[a]) for a in ARMS}
@@ -503,7 +502,6 @@ def run_confirmation(run_dir, # the run folder holding confirm/registration.json
 # %% ../nbs/around/confirm.ipynb #24370c44
 def report_notebook() -> Path:
     "The report notebook of this checkout: `nbs/around/confirm_report.ipynb` next to the package."
-    import ei_nb
     return Path(ei_nb.__file__).resolve().parent.parent/'nbs'/'around'/'confirm_report.ipynb'
 
 def render_report(run_dir, notebook=None, kernel:str='python3', timeout:int=1800) -> Path:
@@ -549,7 +547,6 @@ def status(run_dir) -> dict:
 
 def confirm_cli(argv) -> dict:
     "`ei confirm register|run|report|status --run-dir RUN ...`"
-    from ei_nb.cli import parser, positive_int
     p = parser('confirm', 'the pre-registered confirmatory test evaluation: register, then run once, then report')
     sub = p.add_subparsers(dest='cmd', required=True)
     r = sub.add_parser('register', help='freeze the protocol before any test sample')

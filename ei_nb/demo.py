@@ -4,82 +4,19 @@
 
 # %% ../nbs/demo.ipynb #4f5a25f3
 from __future__ import annotations
-import json, os, re, shutil
+import json, os, shutil
 from pathlib import Path
-from .core import (BadInput, atomic_write_json, iter_jsonl, lean_code_only, read_problems,
-                        read_records, shared_data, statement_key, write_records)
+from .arith import arith_sets, build_arith_model
+from .core import (BadInput, atomic_write_json, iter_jsonl, read_problems, read_records, shared_data, statement_key,
+                        write_records)
+from .known_proofs import _workbook_rows, known_good_proofs, mask_comments, split_lean_file
+from .prompts import render_prompt
+from .tiny import build_tiny_model
+from .train import train_lora
 
 # %% auto #0
-__all__ = ['DEMO_NOTICE', 'BAD_VALID', 'ARITH_NOTICE', 'mask_comments', 'split_lean_file', 'known_good_proofs',
-           'workbook_problems', 'goedel_v2_test_problems', 'build_demo_data', 'warm_rows', 'warm_start',
-           'build_arith_data', 'arith_warm_start']
-
-# %% ../nbs/demo.ipynb #9bfebba2
-def mask_comments(text:str) -> str:
-    "`text` with every comment character replaced by a space (line breaks kept): same length, same positions."
-    out, i, n, depth = list(text), 0, len(text), 0
-    def blank(a, b):
-        for k in range(a, b):
-            if out[k] != '\n': out[k] = ' '
-    while i < n:
-        if depth:
-            if text.startswith('/-', i): depth += 1; blank(i, i+2); i += 2
-            elif text.startswith('-/', i): depth -= 1; blank(i, i+2); i += 2
-            else: blank(i, i+1); i += 1
-        elif text.startswith('/-', i): depth = 1; blank(i, i+2); i += 2
-        elif text.startswith('--', i):
-            j = text.find('\n', i); j = n if j < 0 else j
-            blank(i, j); i = j
-        elif text[i] == '"':
-            j = i + 1
-            while j < n and text[j] != '"': j += 2 if text[j] == '\\' else 1
-            i = j + 1
-        else: i += 1
-    return ''.join(out)
-
-_HEAD = re.compile(r'(?:[ \t]*(?:import\s+\S+|set_option\s+\S+\s+\S+|open\s+[^\n]+)?[ \t]*\n)*')
-_THM = re.compile(r'(?m)^[ \t]*(?:theorem|lemma)\s')
-_BY = re.compile(r':=\s*by\b')
-
-def split_lean_file(code:str) -> dict|None:
-    "`header`, `informal_prefix`, `formal_statement` (ends with `:= by` + newline) and `proof` of a one-theorem file, or None."
-    clean = mask_comments(code)
-    m = _THM.search(clean)
-    if not m: return None
-    h = _HEAD.match(code).end()
-    h = h if h <= m.start() else 0
-    if lean_code_only(code[h:m.start()]).strip(): return None   # code other than comments above the theorem
-    by = _BY.search(clean, m.start())
-    if not by: return None
-    return {'header': code[:h], 'informal_prefix': code[h:m.start()],
-            'formal_statement': code[m.start():by.end()] + '\n', 'proof': code[by.end():]}
-
-# %% ../nbs/demo.ipynb #19d8f70f
-def _workbook_rows() -> list[tuple[dict, dict]]:
-    "(row, split file) of every lean-workbook row whose file splits into one theorem."
-    out = []
-    for _, r in iter_jsonl(shared_data('lean_workbook_goedel_proofs_kimina_verdicts.jsonl')):
-        if (s := split_lean_file(r['code'])) is not None: out.append((r, s))
-    return out
-
-def known_good_proofs() -> list[dict]:
-    "Every proof Lean already accepted in the bundled data (`ei_nb/data`): `name`, `statement_key`, `proof`, `source`."
-    out = []
-    minif2f = {p['name']: p for p in read_problems(shared_data('minif2f_dsp15.jsonl'))}
-    for _, r in iter_jsonl(shared_data('deepseek_prover_v2_minif2f_solutions.jsonl')):
-        p = minif2f.get(r['name'])
-        if not (r['statement_matches_minif2f_dsp15'] and p): continue
-        i = r['full_code'].index(p['formal_statement']) + len(p['formal_statement'])
-        out.append({'name': r['name'], 'statement_key': statement_key(p['formal_statement']), 'proof': r['full_code'][i:],
-                    'source': 'DeepSeek-Prover-V2 miniF2F solutions'})
-    for _, r in iter_jsonl(shared_data('minif2f_valid_few_shot_dsp15.jsonl')):
-        out.append({'name': r['name'], 'statement_key': statement_key(r['formal_statement']), 'proof': r['formal_proof'],
-                    'source': 'DeepSeek-Prover-V1.5 few-shot proofs'})
-    for r, s in _workbook_rows():
-        if r['verdict'] == 'valid':
-            out.append({'name': r['id'], 'statement_key': statement_key(s['formal_statement']), 'proof': s['proof'],
-                        'source': 'lean-workbook proofs judged valid by kimina-lean-server'})
-    return out
+__all__ = ['DEMO_NOTICE', 'BAD_VALID', 'ARITH_NOTICE', 'workbook_problems', 'goedel_v2_test_problems', 'build_demo_data',
+           'warm_rows', 'warm_start', 'build_arith_data', 'arith_warm_start']
 
 # %% ../nbs/demo.ipynb #2c3241c0
 DEMO_NOTICE = ('DEMO VERIFICATION, NO LEAN: a proof passes only if it is byte-identical, after whitespace '
@@ -137,7 +74,6 @@ def warm_rows(problems:list[dict], # warm problems, in order (their known proofs
               grades=(1, 2, 3, 4), # problem i gets its own proof grades[i % len(grades)] times out of `mix`
               mix:int=4) -> list[dict]:
     "SFT rows teaching each problem's own proof in grades[i]/mix of its rows and the next problem's proof in the rest."
-    from ei_nb.prompts import render_prompt
     def completion(p, proof):
         proof = proof.lstrip('\n')
         return proof if style == 'completion' else f"```lean4\n{p['header']}{p['formal_statement'].rstrip()}\n{proof.rstrip()}\n```"
@@ -157,8 +93,6 @@ def warm_start(out_dir, # gets tiny/ (the random model), warm/ (training) and mo
                epochs:int=40, lr:float=3e-3, seed:int=0, batch_tokens:int=4096,
                hidden_size:int=64, num_hidden_layers:int=2, vocab_size:int=1024) -> dict:
     "Build the tiny model and fine-tune all its weights on `rows`; the result is `out_dir/model` (kept if present)."
-    from ei_nb.tiny import build_tiny_model
-    from ei_nb.train import train_lora
     out_dir = Path(out_dir)
     if (out_dir/'model'/'config.json').exists(): return json.loads((out_dir/'warm'/'train.json').read_text())
     tiny = out_dir/'tiny'
@@ -179,7 +113,6 @@ def build_arith_data(out_dir, # folder for pool.jsonl, scored.jsonl and warm.jso
                      seed:int, scored:dict, pool:dict, warm:dict, # `ei_nb.arith.arith_sets`: grade -> problems
                     ) -> dict:
     "Write the arith demo's problem files; return their paths and the three sets."
-    from ei_nb.arith import arith_sets
     sets = arith_sets(seed, scored, pool, warm)
     paths = {k: Path(out_dir)/f'{k}.jsonl' for k in ('pool', 'scored', 'warm')}
     for k, path in paths.items(): write_records(path, sets[k], 'problem')
@@ -190,8 +123,6 @@ def arith_warm_start(out_dir, # gets tiny/ (the random model), warm/ (training) 
                      epochs:int=25, lr:float=1e-2, seed:int=0, batch_tokens:int=2048, pack_tokens:int=256,
                      hidden_size:int=64, num_hidden_layers:int=2, vocab_size:int=512) -> dict:
     "Build the tiny model with the digit tokenizer and fine-tune all its weights on `rows`; the result is `out_dir/model` (kept if present)."
-    from ei_nb.arith import build_arith_model
-    from ei_nb.train import train_lora
     out_dir = Path(out_dir)
     if (out_dir/'model'/'config.json').exists(): return json.loads((out_dir/'warm'/'train.json').read_text())
     shutil.rmtree(out_dir/'tiny', ignore_errors=True)

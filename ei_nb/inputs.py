@@ -6,7 +6,11 @@
 from __future__ import annotations
 from pathlib import Path
 from .core import BadInput, atomic_write_json, read_problems, statement_key, write_records
+from .eval import score
+from .frames import read_frame
+from .known_proofs import known_good_proofs
 from .layout import RunLayout
+from .select import decontaminate
 from .core import content_hash
 
 # %% auto #0
@@ -27,7 +31,6 @@ def check_scored(scored:list[dict], protected:list[dict], allow_test_selection:b
 
 def clean_pool(pool:list[dict], excluded:list[dict]) -> tuple[list[dict], list[str]]:
     "The pool without the excluded problems (name or statement key), and the names removed."
-    from ei_nb.select import decontaminate
     kept, removed = decontaminate(pool, excluded)
     return kept, [p['name'] for p in removed]
 
@@ -69,7 +72,6 @@ def check_inputs(cfg:dict, paths:dict) -> dict:
 def write_inputs(layout:RunLayout, checked:dict, known_proofs=None) -> dict:
     "Write the checked pool and scored set into the run (and the known proofs at `known_proofs`, when given); the counts."
     if known_proofs:
-        from ei_nb.demo import known_good_proofs
         write_records(known_proofs, known_good_proofs())
     write_records(layout.pool, checked['pool'], 'problem'); write_records(layout.scored, checked['scored'], 'problem')
     info = {'pool': len(checked['pool']), 'removed_from_pool': checked['removed'], 'scored': len(checked['scored']),
@@ -80,8 +82,6 @@ def write_inputs(layout:RunLayout, checked:dict, known_proofs=None) -> dict:
 # %% ../nbs/run/inputs.ipynb #7183bd44
 def score_given_baseline(path, scored_path, n:int) -> int:
     "S_0 from given eval verdicts of the base model; `BadInput` unless every scored problem has `n` samples."
-    from ei_nb.frames import read_frame
-    from ei_nb.eval import score
     v = read_frame(path, 'verdict', columns=['name', 'sample_idx', 'verdict'])
     names, counts = [q['name'] for q in read_problems(scored_path)], v.groupby('name').size()
     if (miss := sorted(set(names) - set(counts.index))) or (counts.loc[names] != n).any():

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import datetime, json, os, re
 from pathlib import Path
-from .core import BadInput, StageFailed, atomic_write_json, sha256_json
+from .core import BadInput, StageFailed, atomic_write_json, iter_jsonl, sha256_json
 from .layout import FINAL, ROUND0_STAGES, ROUND_STAGES, RunLayout
 from .config import SECTIONS
 
@@ -17,7 +17,6 @@ __all__ = ['VOLATILE', 'verdicts_fingerprint', 'chain_hash', 'check_params', 'ch
 # %% ../nbs/run/markers.ipynb #8db559aa
 def verdicts_fingerprint(path) -> str|None:
     "Fingerprint of what selection reads from a verdict file: (name, sample_idx, verdict), in order; timings ignored."
-    from ei_nb.core import iter_jsonl
     if not Path(path).exists(): return None
     return sha256_json([(r['name'], r['sample_idx'], r['verdict']) for _, r in iter_jsonl(path)])
 

@@ -4,6 +4,7 @@
 
 # %% ../nbs/05_stop_rule.ipynb #2574dd4c
 from __future__ import annotations
+from .cli import parser
 from .core import BadInput
 
 # %% auto #0
@@ -75,7 +76,6 @@ def regression_lines(scores:list[int], regress:int) -> list[tuple[int, int]]:
 # %% ../nbs/05_stop_rule.ipynb #e1bbb0b0
 def stop_cli(argv):
     "`ei stop --scores S1,S2,... [--rounds 3] [--regress 3] [--plateau-gain 2]`"
-    from ei_nb.cli import parser
     p = parser('stop', 'the pre-registered stop rule')
     p.add_argument('--scores', required=True, help='S_1,...,S_r: scored problems solved per round')
     p.add_argument('--rounds', type=int, default=3); p.add_argument('--regress', type=int, default=3)
