@@ -4,7 +4,7 @@
 
 # %% ../nbs/around/audit_html.ipynb #b494a98b
 from __future__ import annotations
-import copy, html, json, base64, os, re
+import copy, html, json, base64, os, re, tempfile
 from pathlib import Path
 import nbformat
 from .cli import parser
@@ -17,7 +17,7 @@ __all__ = ['RUNNER_HEADING', 'LIBRARY_TAG', 'SUMMARY_TAG', 'PARAMETER_TAGS', 'EX
            'tag_library_cells', 'reuse_note', 'summary_markdown', 'strip_noise', 'label_examples',
            'strip_papermill_copy', 'audit_copy', 'notebook_html', 'rounds_table', 'index_html', 'run_pages',
            'stage_summary', 'render_page', 'latest_figures', 'render_run', 'report_cli', 'stage_sequence',
-           'notebook_links', 'collapse_library', 'annotate_executed']
+           'notebook_links', 'collapse_library', 'temp_free', 'annotate_executed']
 
 # %% ../nbs/around/audit_html.ipynb #04f8c4bc
 RUNNER_HEADING = '## Run the stage'   # the heading that opens the runner section of every stage notebook
@@ -178,7 +178,8 @@ def audit_copy(nb, # an executed stage notebook
     strip_papermill_copy(out); strip_noise(out)   # a run recorded before the records were cleaned renders clean too
     def tagged(c, tags): return bool(set(c.get('metadata', {}).get('tags', [])) & set(tags))
     hidden = [c for c in out['cells'] if tagged(c, [LIBRARY_TAG])]
-    params = [c for c in out['cells'] if tagged(c, PARAMETER_TAGS)]   # defaults and injected values: the summary has those in force
+    # defaults and injected values: the summary has those in force
+    params = [c for c in out['cells'] if tagged(c, PARAMETER_TAGS)]
     cells = [c for c in out['cells'] if c not in hidden and c not in params and not tagged(c, [SUMMARY_TAG])
              and not _src(c).startswith('#| default_exp')]   # nbdev's module line says nothing about the run
     if hidden or params:
@@ -343,6 +344,21 @@ def collapse_library(nb) -> int:
     for c in cells: c['metadata'].setdefault('jupyter', {}).update(source_hidden=True, outputs_hidden=True)
     return len(cells)
 
+_TEXT = ('text/plain', 'text/markdown', 'text/html')
+
+def temp_free(nb, tmp=None) -> int:
+    "Write the machine's temporary folder `{tmp}` in the text outputs of library cells (examples on made-up data); outputs changed."
+    pat, n = re.compile(re.escape(str(Path(tmp or tempfile.gettempdir()).resolve())) + r'(?=/)'), 0
+    def sub(t): return pat.sub('{tmp}', t) if isinstance(t, str) else [pat.sub('{tmp}', x) for x in t]
+    for c in nb['cells']:
+        if LIBRARY_TAG not in c.get('metadata', {}).get('tags', []): continue
+        for o in c.get('outputs', []):
+            old = json.dumps(o)
+            if 'text' in o: o['text'] = sub(o['text'])
+            for k in set(_TEXT) & set(o.get('data', {})): o['data'][k] = sub(o['data'][k])
+            n += json.dumps(o) != old
+    return n
+
 def annotate_executed(nb_path, # an executed stage notebook
                       source, # the stage notebook it was executed from
                       stage_json, # the stage's stage.json (no summary when absent)
@@ -352,7 +368,7 @@ def annotate_executed(nb_path, # an executed stage notebook
                      ) -> bool:
     "The executed notebook as a record: its summary on top, no input copy or noise, examples labelled, library collapsed."
     nb = nbformat.read(nb_path, as_version=4)
-    if run_dir is not None: nb = nbformat.from_dict(portable(nb, run_dir))
+    if run_dir is not None: nb = nbformat.from_dict(portable(nb, run_dir)); temp_free(nb)
     strip_papermill_copy(nb); strip_noise(nb); label_examples(nb); collapse_library(nb)
     if nb.metadata.get('papermill') is not None: nb.metadata['papermill']['input_path'] = str(source)
     rec = read_stage_json(stage_json)

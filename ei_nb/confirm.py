@@ -343,7 +343,8 @@ def check_lock(cdir) -> None:
 def registration_mismatches(cdir, reg:dict, runner=None) -> list[str]:
     "What no longer matches `reg`: the registration itself, model files, problems file, frozen problems, runner defaults."
     cdir = Path(cdir); out = registration_edits(cdir, reg)
-    L = RunLayout(cdir.resolve().parent)   # paths in the registration are relative to the run folder (older ones absolute)
+    # paths in the registration are relative to the run folder (older ones absolute)
+    L = RunLayout(cdir.resolve().parent)
     for arm in ARMS:
         m = reg['models'][arm]
         try: files = model_files(L.resolve(m['resolved']))
@@ -397,7 +398,8 @@ def run_arm(cdir, reg:dict, arm:str, problems:list[dict], runner) -> dict:
     if arm == 'baseline' and reg.get('baseline_from'): _copy_baseline(reg, out)
     else:
         accepts = inspect.signature(runner).parameters
-        extra = {k: v for k, v in (('log', say), ('serve_log', str(C.server_log(arm)))) if k in accepts}   # a managed server logs to confirm/logs/
+        # a managed server logs to confirm/logs/
+        extra = {k: v for k, v in (('log', say), ('serve_log', str(C.server_log(arm)))) if k in accepts}
         say(f'ei confirm: sampling and verifying the {arm} ({len(problems)} problems x {reg["n"]})')
         model_dir = RunLayout(C.dir.resolve().parent).resolve(reg['models'][arm]['resolved'])
         runner(problems, model_dir=model_dir, out_dir=out.dir, **_runner_kwargs(reg, arm), **extra)
@@ -488,7 +490,8 @@ def run_confirmation(run_dir, # the run folder holding confirm/registration.json
     atomic_write_json(C.result, res)
     summary = {'model_solved': res['scores']['model']['solved'], 'baseline_solved': res['scores']['baseline']['solved'],
                'b': res['mcnemar']['b'], 'c': res['mcnemar']['c'], 'p_value': res['mcnemar']['p_value'], 'outcome': res['outcome']}
-    files = lock_hashes(C)   # each locked file read once; the older keys repeat two of them for locks read by earlier code
+    # each locked file read once; the older keys repeat two of them for locks read by earlier code
+    files = lock_hashes(C)
     atomic_write_json(C.lock, {'registration_id': reg['registration_id'], 'attempt': attempt, 'locked_utc': _now(),
                                'registration_sha256': files['registration.json'],
                                'result_sha256': files['result.json'], 'verdicts_sha256': res['verdicts_sha256'],

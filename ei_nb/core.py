@@ -239,7 +239,8 @@ def _unique_pairs(pairs):
 def _no_constant(name): raise ValueError(f'{name} is not a number JSON allows')
 
 _BOM = b'\xef\xbb\xbf'
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_no_constant)   # built once: json.loads with options builds one per call
+# built once: json.loads with options builds one per call
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_no_constant)
 
 def decode_line(raw:bytes, path, line:int):
     "Decode one JSON Lines line (bytes) exactly: strict UTF-8, no duplicate keys, no NaN/Infinity."
@@ -284,7 +285,7 @@ def shared_data(name:str='') -> Path:
     if os.environ.get('EI_SHARED_DATA'): return Path(os.environ['EI_SHARED_DATA'])/name
     return Path(str(files('ei_nb')/'data'))/name
 
-# %% ../nbs/records/core.ipynb #86961a63
+# %% ../nbs/records/core.ipynb #d92573d3
 def count_lines(path) -> int|None:
     "Non-blank lines of a JSONL file (records), None when it is not there yet."
     try:
@@ -373,7 +374,8 @@ def _file_hash(p:Path, cache:bool) -> str:
     if entry is not None and entry.is_file() and len(h := entry.read_text().strip()) == 64: return h
     h = sha256_file(p)
     if entry is not None and _cache_key(p) == key:   # unchanged while it was read
-        with contextlib.suppress(OSError): atomic_write_text(entry, h)   # a cache that cannot be written costs time, nothing else
+        # a cache that cannot be written costs time, nothing else
+        with contextlib.suppress(OSError): atomic_write_text(entry, h)
     return h
 
 def content_hash(path, # a file or a folder

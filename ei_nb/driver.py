@@ -80,7 +80,8 @@ class Run:
                    'wall_s': round(time.time() - t0, 1),
                    'stage_wall_s': {where(r, s): w for (r, s), w in self.steps.walls.items()}}
         if dec and dec.get('best_note'): summary['best_note'] = dec['best_note']
-        atomic_write_json(self.layout.summary, portable(summary, self.run_dir))   # the file names the run folder `{run_dir}`
+        # the file names the run folder `{run_dir}`
+        atomic_write_json(self.layout.summary, portable(summary, self.run_dir))
         if dec and dec.get('reason') == 'data': raise DataStop(f"round {last}: {dec.get('detail')} (report: {summary['report']})")
         return summary
 

@@ -35,7 +35,8 @@ def clean_pool(pool:list[dict], excluded:list[dict]) -> tuple[list[dict], list[s
     return kept, [p['name'] for p in removed]
 
 # %% ../nbs/run/inputs.ipynb #ecfd3eaa
-INPUT_FILES = ('pool', 'scored', 'base_model', 'seed_verdicts', 'baseline_verdicts')   # fingerprinted by the `inputs` step
+# fingerprinted by the `inputs` step
+INPUT_FILES = ('pool', 'scored', 'base_model', 'seed_verdicts', 'baseline_verdicts')
 
 def input_params(cfg:dict, paths:dict) -> dict:
     "The parameters of the `inputs` step: the configured files and the split-hygiene switch."

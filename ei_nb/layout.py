@@ -48,9 +48,11 @@ class EvalLayout:
     @property
     def plot(self) -> Path: return self.dir/'eval.png'
     @property
-    def stage_json(self) -> Path: return self.dir/'stage.json'   # the summary of an evaluation run outside a round (in a round: stages/04_eval.json)
+    # the summary of an evaluation run outside a round (in a round: stages/04_eval.json)
+    def stage_json(self) -> Path: return self.dir/'stage.json'
     @property
-    def server_log(self) -> Path: return self.dir/'logs'/'vllm_eval.log'   # the managed vLLM server of `ei eval --out-dir DIR` (in a round: the round's logs/)
+    # the managed vLLM server of `ei eval --out-dir DIR` (in a round: the round's logs/)
+    def server_log(self) -> Path: return self.dir/'logs'/'vllm_eval.log'
 
 # %% ../nbs/records/layout.ipynb #16bde5c6
 @dataclass(frozen=True)
@@ -118,7 +120,8 @@ class RoundLayout:
     @property
     def dpo_pairs(self) -> Path: return self/'dpo_pairs.jsonl'
     @property
-    def sft_model(self) -> Path: return self/'sft_model'   # objective sft_then_dpo: the SFT half's own adapter/ and merged/
+    # objective sft_then_dpo: the SFT half's own adapter/ and merged/
+    def sft_model(self) -> Path: return self/'sft_model'
     # 03_average
     @property
     def model(self) -> Path: return self/'model'
@@ -128,7 +131,8 @@ class RoundLayout:
     @property
     def logprobs_out(self) -> Path: return self/'logprobs_out.jsonl'
     @property
-    def logprobs_merged(self) -> Path: return self/'logprobs_merged.jsonl'   # the update curve's scores (input -> merged)
+    # the update curve's scores (input -> merged)
+    def logprobs_merged(self) -> Path: return self/'logprobs_merged.jsonl'
     @property
     def uplift_json(self) -> Path: return self/'uplift.json'
     @property
@@ -153,7 +157,8 @@ class RoundLayout:
     def partial(self) -> Path: return self/'.partial'
     @property
     def logs(self) -> Path: return self/'logs'   # the logs of the servers a round's stages start
-    def server_log(self, stage:str) -> Path: return self.logs/f'vllm_{stage}.log'   # the managed `vllm serve` of a sampling stage
+    # the managed `vllm serve` of a sampling stage
+    def server_log(self, stage:str) -> Path: return self.logs/f'vllm_{stage}.log'
     def marker(self, stage:str) -> Path: return self.stages/f'{stage}.done'
     def stage_json(self, stage:str) -> Path: return self.stages/f'{stage}.json'
     def notebook(self, stage:str) -> Path: return self/f'{stage}.ipynb'

@@ -86,8 +86,10 @@ def power_statement(n:int, # paired problems
                     p_disc:float, # share of discordant problems: observed, or assumed when none was observed
                     alpha:float=0.05, # level of the test
                     assumed:bool=False, # True: `p_disc` is an assumption (the comparison had no discordant problem)
-                    design:bool=False, # True: `p_disc` is the design assumption (`p_disc_assumed`), stated next to an observed one
-                    observed_gain:float|None=None, # the observed net gain (c - b) / n: its detection probability is added
+                    # True: `p_disc` is the design assumption (`p_disc_assumed`), stated next to an observed one
+                    design:bool=False,
+                    # the observed net gain (c - b) / n: its detection probability is added
+                    observed_gain:float|None=None,
                    ) -> str:
     "A plain-language sentence on what a paired comparison of this size can detect."
     gain = min(0.04, p_disc)   # a gain cannot exceed the discordant share
@@ -151,7 +153,8 @@ def load_run(run_dir, # a run folder written by `ei run`
 
 def summaries_read(run:dict) -> dict:
     "The finished accounts the report rests on, by their name in the run: each stage's `stage.json` (which hash the files it plots)."
-    L = run['layout']   # round manifests are left out: the driver rewrites them as the run goes on, so their hash would not stay true
+    # round manifests are left out: the driver rewrites them as the run goes on, so their hash would not stay true
+    L = run['layout']
     paths = [L.round(0).stage_json('04_eval')] + [p for r in run['rounds'] for p in
              [r['files'].stage_json(s) for s in ('00b_conjecture', '00_select', '01c_correct', '02_sft', '04_eval', '05_stop_rule')]]
     return {L.relative(p): p for p in paths if p.exists()}

@@ -87,7 +87,8 @@ def _until(spec:str|None) -> tuple|None:
     return (FINAL, '06_report') if spec.split(':')[0].strip() == 'final' else parse_redo(spec)
 
 # %% ../nbs/run/run_command.ipynb #fba68e3f
-_OWN_CHECKS = ('pool', 'scored', 'protected')   # problem files: the driver's input step refuses them itself (exit 2, naming file and line)
+# problem files: the driver's input step refuses them itself (exit 2, naming file and line)
+_OWN_CHECKS = ('pool', 'scored', 'protected')
 
 def _doctor(cfg:dict, run_dir:Path):
     "`ei doctor`'s checks before a new run's round 0: a FAIL (other than the problem files) stops the run (exit 3) before a GPU-hour is spent."

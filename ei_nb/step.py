@@ -113,7 +113,8 @@ class Steps:
         params, inputs = portable(input_params(self.cfg, paths), self.run_dir), portable(input_fingerprints(paths), self.run_dir)
         if (m := finished(L, 0, 'inputs', params, inputs, self.prev)):
             self.prev = m['chain']; return m
-        known = self.sources.verifier['verify_backend'] == 'known' and not self.cfg['demo']   # a real run verifying by known proofs gets the bundled ones
+        # a real run verifying by known proofs gets the bundled ones
+        known = self.sources.verifier['verify_backend'] == 'known' and not self.cfg['demo']
         info = write_inputs(L, checked, self.sources.verifier['known_proofs'] if known else None)
         self.log(f"ei run: inputs: pool {info['pool']} (removed {len(info['removed_from_pool'])} protected/scored), scored {info['scored']}, protected {info['protected']}")
         chain = chain_hash('inputs', 0, params, inputs, self.prev)
@@ -124,7 +125,8 @@ class Steps:
 
     def check_finished(self):
         "Refuse (exit 3) before anything is written when a finished step would now run with other configured parameters."
-        derived = ('scores', 'data_stop_reason', 'baseline_score')   # from the run's own results: checked when the step is reached
+        # from the run's own results: checked when the step is reached
+        derived = ('scores', 'data_stop_reason', 'baseline_score')
         for rnd, stage, path in existing_markers(self.run_dir):
             m = json.loads(path.read_text())
             now = input_params(self.cfg, self.sources.paths) if stage == 'inputs' else self.sources.params(rnd, stage)

@@ -3,7 +3,8 @@ hash its stage.json files record still checks against the files where they now a
 finds the registered models and problems, and no trail file names the old folder."""
 import json, re, shutil, subprocess, sys
 from pathlib import Path
-from ei_nb.layout import RunLayout, stale_files
+from ei_nb.core import content_hash
+from ei_nb.layout import RunLayout
 from tests.driver_common import *   # noqa: F403 (the session fixture `reference`: a finished small demo run)
 from tests.driver_common import copy_run
 from tests.confirm_doubles import RUNNER, synthetic_model
@@ -46,7 +47,16 @@ def test_a_moved_run_renders_verifies_and_confirms(reference, tmp_path):
     # the hash checks: every file a stage.json names is found where the record says, with the recorded hash
     accounts = [sj for sj in sorted(moved.rglob('stages/*.json'))] + sorted(moved.glob('confirm/*/stage.json'))
     assert len(accounts) > 10
-    for sj in accounts: assert stale_files(sj) == [], sj
+    L, checked = RunLayout(moved), 0
+    for sj in accounts:
+        rec = json.loads(sj.read_text())
+        for kind in ('inputs', 'outputs'):
+            for name, f in rec[kind].items():
+                if 'sha256' not in f: continue
+                path = L.resolve(f['path'])
+                assert path.exists() and content_hash(path, cache=False) == f['sha256'], f'{sj}: {kind} {name} {f["path"]}'
+                checked += 1
+    assert checked > 30
     named = [f['path'] for sj in accounts for k in ('inputs', 'outputs') for f in json.loads(sj.read_text())[k].values()]
     assert named and not [p for p in named if p.startswith('/') and str(moved) not in p and 'ei_nb/data' not in p], named
 
@@ -77,9 +87,11 @@ def test_a_moved_run_renders_verifies_and_confirms(reference, tmp_path):
 
 def test_a_moved_run_with_a_changed_file_fails_the_hash_check(reference, tmp_path):
     "The hash check can fail: one byte of a recorded output changed after the move is found and named."
+    from ei_nb.layout import stale_files
     run = copy_run(reference, tmp_path/'a'/'run')
     moved = tmp_path/'b'/'run'; moved.parent.mkdir(); shutil.move(str(run), str(moved))
     sj = RunLayout(moved).round(1).stage_json('00_select')
     sel = RunLayout(moved).round(1).selected
+    assert stale_files(sj) == []
     sel.write_bytes(sel.read_bytes().replace(b'"', b"'", 1))
     assert stale_files(sj) == ['outputs selected (round_01/selected.jsonl): changed']
