@@ -285,7 +285,7 @@ def shared_data(name:str='') -> Path:
     if os.environ.get('EI_SHARED_DATA'): return Path(os.environ['EI_SHARED_DATA'])/name
     return Path(str(files('ei_nb')/'data'))/name
 
-# %% ../nbs/records/core.ipynb #d92573d3
+# %% ../nbs/records/core.ipynb #c8c4cb09
 def count_lines(path) -> int|None:
     "Non-blank lines of a JSONL file (records), None when it is not there yet."
     try:
