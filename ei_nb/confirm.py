@@ -55,12 +55,10 @@ def _test_record(row:dict, full_text:bool, path, line:int) -> dict|None:
     if not isinstance(row, dict): raise RecordError(path, line, '-', 'expected a JSON object')
     if row.get('split', 'test') != 'test': return None
     if full_text:
-        if not isinstance(row.get('formal_statement'), str):
-            raise RecordError(path, line, 'formal_statement', 'missing or not a string')
+        if not isinstance(row.get('formal_statement'), str): raise RecordError(path, line, 'formal_statement', 'missing or not a string')
         try: h, pre, stmt = split_full_text(row['formal_statement'])
         except BadInput as e: raise RecordError(path, line, 'formal_statement', str(e)) from None
-        rec = {'name': row.get('name'), 'split': 'test', 'header': h,
-               'informal_prefix': pre or row.get('informal_prefix', ''),
+        rec = {'name': row.get('name'), 'split': 'test', 'header': h, 'informal_prefix': pre or row.get('informal_prefix', ''),
                'formal_statement': stmt}
     else: rec = {k: row[k] for k in ('name', 'split', 'header', 'informal_prefix', 'formal_statement') if k in row}
     rec['source'] = Path(path).name
@@ -78,11 +76,9 @@ def load_test_problems(path=None, # problems file (default: the test split of th
     for i, row in rows:
         rec = _test_record(row, full, path, i)
         if rec is None: continue
-        if rec['name'] in seen:
-            raise RecordError(path, i, 'name', f"duplicate {rec['name']!r} (first on line {seen[rec['name']]})")
+        if rec['name'] in seen: raise RecordError(path, i, 'name', f"duplicate {rec['name']!r} (first on line {seen[rec['name']]})")
         seen[rec['name']] = i; out.append(rec)
-    if not out:
-        raise BadInput(f"{path}: no row with split == 'test': the confirmation is scored on the test split only")
+    if not out: raise BadInput(f"{path}: no row with split == 'test': the confirmation is scored on the test split only")
     return out, {'path': str(path.resolve()), 'file': path.name, 'sha256': sha256_file(path),
                  'format': 'full_text' if full else 'records', 'n_problems': len(out)}
 
@@ -101,17 +97,14 @@ def model_files(model_dir) -> dict:
     "`{relative path: {sha256, bytes}}` of every non-hidden file under `model_dir` (symlinks followed)."
     root = Path(model_dir).resolve()
     if not root.is_dir(): raise BadInput(f'{model_dir}: not a model folder')
-    paths = sorted(p for p in root.rglob('*')
-                   if p.is_file() and not any(s.startswith('.') for s in p.relative_to(root).parts))
-    if not any(p.name.endswith(WEIGHT_SUFFIXES) for p in paths):
-        raise BadInput(f'{model_dir}: no weight file ({", ".join(WEIGHT_SUFFIXES)})')
+    paths = sorted(p for p in root.rglob('*') if p.is_file() and not any(s.startswith('.') for s in p.relative_to(root).parts))
+    if not any(p.name.endswith(WEIGHT_SUFFIXES) for p in paths): raise BadInput(f'{model_dir}: no weight file ({", ".join(WEIGHT_SUFFIXES)})')
     return {p.relative_to(root).as_posix(): {'sha256': sha256_file(p), 'bytes': p.stat().st_size} for p in paths}
 
 def model_fingerprint(model_dir) -> dict:
     "The path as given, the resolved folder, every file's hash and one fingerprint over them."
     files = model_files(model_dir)
-    return {'path': str(model_dir), 'resolved': str(Path(model_dir).resolve()), 'files': files,
-            'fingerprint': sha256_json(files)}
+    return {'path': str(model_dir), 'resolved': str(Path(model_dir).resolve()), 'files': files, 'fingerprint': sha256_json(files)}
 
 # %% ../nbs/around/confirm.ipynb #2bc11ac1
 def _base_model(L:RunLayout, manifest:dict|None) -> str|None:
@@ -128,7 +121,7 @@ def _round_model(L:RunLayout, manifest:dict|None) -> str|None:
     return str(L.round(int(r)).model) if L.round(int(r)).model.exists() else None
 
 def resolve_run_models(run_dir) -> tuple[str|None, str|None]:
-    "Default `(model, baseline)` of a run folder: its best round's model (`best/`) and its base model (None: unknown)."
+    "Default `(model, baseline)` of a run folder: its best round's model (`best/`) and its base model (None if unknown)."
     L = RunLayout(run_dir)
     rounds = [r for r in L.rounds() if L.manifest(r).exists()]
     last = read_json(L.manifest(rounds[-1])) if rounds else None
@@ -150,24 +143,21 @@ def _jsonable(v):
 
 def runner_defaults(fn) -> dict:
     "The default value of each keyword parameter of `fn` (non-JSON values as their repr)."
-    return {k: _jsonable(p.default) for k, p in inspect.signature(fn).parameters.items()
-            if p.default is not inspect.Parameter.empty}
+    return {k: _jsonable(p.default) for k, p in inspect.signature(fn).parameters.items() if p.default is not inspect.Parameter.empty}
 
 def check_runner_kwargs(fn, kwargs:dict) -> dict:
     "`kwargs` unchanged if `fn` accepts each of them; `BadInput` naming the first it does not."
     params = inspect.signature(fn).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()): return kwargs
     for k in kwargs:
-        if k not in params:
-            raise BadInput(f'the runner does not accept the setting {k!r} (it accepts: {", ".join(params)})')
+        if k not in params: raise BadInput(f'the runner does not accept the setting {k!r} (it accepts: {", ".join(params)})')
     return kwargs
 
 # %% ../nbs/around/confirm.ipynb #b73c53ce
 PACKAGES = ('torch', 'transformers', 'vllm', 'peft', 'safetensors', 'tokenizers', 'numpy', 'scipy', 'pandas', 'papermill')
 
 def _git(*args) -> str|None:
-    try: r = subprocess.run(['git', '-C', str(Path(ei_nb.__file__).resolve().parent.parent), *args], capture_output=True,
-                            text=True, timeout=30)
+    try: r = subprocess.run(['git', '-C', str(Path(ei_nb.__file__).resolve().parent.parent), *args], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired): return None
     return r.stdout.strip() if r.returncode == 0 else None
 
@@ -202,8 +192,7 @@ def _baseline_source(reg:dict, earlier) -> dict:
     if old['runner'] != reg['runner']: diffs.append('runner')
     if diffs: raise BadInput(f'the baseline of {cdir} was run with different settings: {", ".join(diffs)}')
     done = read_json(ConfirmLayout(cdir).arm_done('baseline'))
-    if not done or done.get('registration_id') != old['registration_id']:
-        raise BadInput(f'{cdir}: its baseline arm is not complete')
+    if not done or done.get('registration_id') != old['registration_id']: raise BadInput(f'{cdir}: its baseline arm is not complete')
     return {'confirm_dir': str(cdir.resolve()), 'registration_id': old['registration_id'], 'seed': old['seeds']['baseline'],
             'verdicts_sha256': done['verdicts_sha256'], 'samples_sha256': done['samples_sha256']}
 
@@ -240,8 +229,7 @@ def build_registration(run_dir, # the run folder; the registration goes to RUN/c
         pinfo['differs_from_default'] = {'file': default.name, **statement_changes(probs, load_test_problems(default)[0])}
     pinfo['frozen_sha256'] = hashlib.sha256(jsonl_bytes(probs)).hexdigest()
     models = {'model': model_fingerprint(model), 'baseline': model_fingerprint(baseline_model)}
-    if models['model']['fingerprint'] == models['baseline']['fingerprint']:
-        raise BadInput('the model and the baseline have identical files')
+    if models['model']['fingerprint'] == models['baseline']['fingerprint']: raise BadInput('the model and the baseline have identical files')
     L = RunLayout(run_dir)   # the run's own files are named relative to it: a moved run still checks its registration
     for m in models.values(): m.update(path=L.relative(m['path']), resolved=L.relative(m['resolved']))
     pinfo['path'] = L.relative(pinfo['path'])
@@ -287,8 +275,7 @@ def _attempt_no(cdir) -> int: return len(list(ConfirmLayout(Path(cdir)).attempts
 
 # %% ../nbs/around/confirm.ipynb #324e7b9d
 def _need_reason(force_rerun:bool, reason) -> None:
-    if force_rerun and not (reason and str(reason).strip()):
-        raise BadInput('--force-rerun needs --reason TEXT: the reason is kept in the record')
+    if force_rerun and not (reason and str(reason).strip()): raise BadInput('--force-rerun needs --reason TEXT: the reason is kept in the record')
 
 def register(run_dir, force_rerun:bool=False, reason:str|None=None, **kw) -> dict:
     "Write `RUN/confirm/registration.json` and `problems.jsonl`; `kw` as for `build_registration`."
@@ -310,10 +297,8 @@ def register(run_dir, force_rerun:bool=False, reason:str|None=None, **kw) -> dic
     _log(cdir, 'registered', registration_id=reg['registration_id'], forced=force_rerun, reason=reason,
          registration_sha256=sha256_file(C.registration))
     return {'status': 'registered', 'registration_id': reg['registration_id'], 'registration': str(C.registration),
-            'model': str(C.dir.parent/reg['models']['model']['resolved']),
-            'baseline': str(C.dir.parent/reg['models']['baseline']['resolved']),
-            'problems': str(C.dir.parent/reg['problems']['path']), 'n_problems': len(probs), 'n': reg['n'],
-            'max_new_tokens': reg['max_new_tokens']}
+            'model': str(C.dir.parent/reg['models']['model']['resolved']), 'baseline': str(C.dir.parent/reg['models']['baseline']['resolved']),
+            'problems': str(C.dir.parent/reg['problems']['path']), 'n_problems': len(probs), 'n': reg['n'], 'max_new_tokens': reg['max_new_tokens']}
 
 # %% ../nbs/around/confirm.ipynb #8aa29b43
 def _registered_sha256(cdir) -> str|None:
@@ -322,19 +307,17 @@ def _registered_sha256(cdir) -> str|None:
     return regs[-1].get('registration_sha256') if regs else None
 
 def registration_edits(cdir, reg:dict) -> list[str]:
-    "How `registration.json` changed after registration: its id no longer covers it, or its bytes differ from record or lock."
+    "How `registration.json` was changed after registration: its id no longer covers its protocol, or its bytes differ from the record or the lock."
     C, out = ConfirmLayout(Path(cdir)), []
     if sha256_json(_protocol(reg)) != reg.get('registration_id'):
         out.append('registration.json was edited after registration (its protocol no longer hashes to its registration_id)')
     now = sha256_file(C.registration) if C.registration.is_file() else None
-    for where, want in (('record.json', _registered_sha256(cdir)),
-                        ('lock.json', (read_json(C.lock) or {}).get('registration_sha256'))):
-        if want and now != want:
-            out.append(f'registration.json changed since {where} recorded it (sha256 {want[:12]}, now {str(now)[:12]})')
+    for where, want in (('record.json', _registered_sha256(cdir)), ('lock.json', (read_json(C.lock) or {}).get('registration_sha256'))):
+        if want and now != want: out.append(f'registration.json changed since {where} recorded it (sha256 {want[:12]}, now {str(now)[:12]})')
     return out
 
 def locked_files(C:ConfirmLayout) -> list[Path]:
-    "Every file a locked result rests on: registration, frozen problems, each arm's samples, verdicts and marker, result."
+    "Every file a locked result rests on: the registration, the frozen problems, each arm's samples, verdicts and marker, the result."
     arms = [f for a in ARMS for f in (C.arm(a).samples, C.arm(a).verdicts, C.arm_done(a))]
     return [f for f in (C.registration, C.problems, *arms, C.result) if f.is_file()]
 
@@ -352,11 +335,10 @@ def changed_since_lock(cdir) -> list[str]:
             for name, s in want.items() if s and (not (C.dir/name).is_file() or sha256_file(C.dir/name) != s)]
 
 def check_lock(cdir) -> None:
-    "Raise `StageFailed` (exit 3) naming every file of a locked confirmation that changed since the lock (registration too)."
+    "Raise `StageFailed` (exit 3) naming every file of a locked confirmation that changed since the lock, the registration included."
     C = ConfirmLayout(Path(cdir)); reg = read_json(C.registration)
     bad = [*(registration_edits(cdir, reg) if reg else ['registration.json is missing']), *changed_since_lock(cdir)]
-    if C.lock.is_file() and bad:
-        raise StageFailed(f'{C.dir}: the locked confirmation changed after its lock: ' + '; '.join(bad))
+    if C.lock.is_file() and bad: raise StageFailed(f'{C.dir}: the locked confirmation changed after its lock: ' + '; '.join(bad))
 
 def registration_mismatches(cdir, reg:dict, runner=None) -> list[str]:
     "What no longer matches `reg`: the registration itself, model files, problems file, frozen problems, runner defaults."
@@ -369,16 +351,13 @@ def registration_mismatches(cdir, reg:dict, runner=None) -> list[str]:
         except BadInput as e: out.append(f'{arm}: {e}'); continue
         for f in sorted(set(files) | set(m['files'])):
             if files.get(f, {}).get('sha256') != m['files'].get(f, {}).get('sha256'):
-                how = 'was added' if f not in m['files'] else 'was removed' if f not in files else 'changed (sha256 differs)'
-                out.append(f'{arm}: {f} {how}')
+                out.append(f'{arm}: {f} ' + ('was added' if f not in m['files'] else 'was removed' if f not in files else 'changed (sha256 differs)'))
     p = reg['problems']
     pp = L.resolve(p['path'])
     if not pp.is_file() or sha256_file(pp) != p['sha256']: out.append(f'problems file {p["path"]} is missing or changed')
     frozen = ConfirmLayout(cdir).problems
-    if not frozen.is_file() or sha256_file(frozen) != p['frozen_sha256']:
-        out.append('confirm/problems.jsonl is missing or changed')
-    if runner is not None and runner_defaults(runner) != reg['runner']['defaults']:
-        out.append(f'the defaults of runner {reg["runner"]["name"]} changed')
+    if not frozen.is_file() or sha256_file(frozen) != p['frozen_sha256']: out.append('confirm/problems.jsonl is missing or changed')
+    if runner is not None and runner_defaults(runner) != reg['runner']['defaults']: out.append(f'the defaults of runner {reg["runner"]["name"]} changed')
     return out
 
 def check_registration(cdir, reg:dict, runner=None) -> None:
@@ -414,10 +393,8 @@ def _copy_baseline(reg:dict, out) -> None:
 def run_arm(cdir, reg:dict, arm:str, problems:list[dict], runner) -> dict:
     "Sample and verify one arm (or reuse a finished one); write and return its `arm_done.json`."
     C = ConfirmLayout(Path(cdir)); out = C.arm(arm); done = read_json(C.arm_done(arm))
-    if done and done.get('registration_id') == reg['registration_id'] and sha256_file(out.verdicts) == done['verdicts_sha256']:
-        return done
-    if done:
-        raise StageFailed(f'{out.dir}: arm_done.json does not match this registration or its verdicts: archive with --force-rerun')
+    if done and done.get('registration_id') == reg['registration_id'] and sha256_file(out.verdicts) == done['verdicts_sha256']: return done
+    if done: raise StageFailed(f'{out.dir}: arm_done.json does not match this registration or its verdicts: archive with --force-rerun')
     if arm == 'baseline' and reg.get('baseline_from'): _copy_baseline(reg, out)
     else:
         accepts = inspect.signature(runner).parameters
@@ -519,8 +496,7 @@ def run_confirmation(run_dir, # the run folder holding confirm/registration.json
                                'registration_sha256': files['registration.json'],
                                'result_sha256': files['result.json'], 'verdicts_sha256': res['verdicts_sha256'],
                                'files_sha256': files, 'summary': summary})
-    _log(cdir, 'run_finished', attempt=attempt, registration_id=reg['registration_id'], forced=force_rerun, reason=reason,
-         result=summary)
+    _log(cdir, 'run_finished', attempt=attempt, registration_id=reg['registration_id'], forced=force_rerun, reason=reason, result=summary)
     out = {'status': 'confirmed', 'attempt': attempt, **summary, 'net': res['mcnemar']['net'], 'n_problems': res['n_problems'],
            'result': str(C.result)}
     if report: out['report'] = str(render_report(run_dir))
@@ -540,16 +516,14 @@ def render_report(run_dir, notebook=None, kernel:str='python3', timeout:int=1800
     nb = Path(notebook) if notebook else report_notebook()
     if not nb.is_file(): raise BadInput(f'{nb}: report notebook not found: pass --notebook')
     cells = json.loads(nb.read_text())['cells']
-    if not any('parameters' in c.get('metadata', {}).get('tags', []) and 'confirm_dir' in ''.join(c['source'])
-               for c in cells):
+    if not any('parameters' in c.get('metadata', {}).get('tags', []) and 'confirm_dir' in ''.join(c['source']) for c in cells):
         raise BadInput(f'{nb}: has no `confirm_dir` in a cell tagged `parameters`')
     out, part = C.report, C.report_partial
     try:   # run in cdir with confirm_dir '.': the executed report names no absolute path
         pm.execute_notebook(str(nb), str(part), parameters={'confirm_dir': '.'}, kernel_name=kernel, language='python',
                             log_output=True, progress_bar=False, cwd=str(cdir), execution_timeout=timeout)
     except pm.PapermillExecutionError as e:
-        raise StageFailed(f'report notebook failed in cell {e.cell_index}: {e.ename}: {e.evalue} '
-                          f'(partial notebook: {part})') from None
+        raise StageFailed(f'report notebook failed in cell {e.cell_index}: {e.ename}: {e.evalue} (partial notebook: {part})') from None
     os.replace(part, out)
     return out
 
@@ -609,6 +583,5 @@ def confirm_cli(argv) -> dict:
     if a.cmd == 'report': return {'report': str(render_report(a.run_dir, a.notebook, a.kernel))}
     st = status(a.run_dir)
     bad = [*st.get('mismatches', []), *st.get('changed_since_lock', [])]
-    if bad: raise StageFailed(f'{_cdir(a.run_dir)}: the confirmation no longer matches what was registered and locked: '
-                              + '; '.join(bad))
+    if bad: raise StageFailed(f'{_cdir(a.run_dir)}: the confirmation no longer matches what was registered and locked: ' + '; '.join(bad))
     return st
