@@ -371,7 +371,7 @@ def sha256_json(obj) -> str:
 HASH_CACHE_MIN = 16 << 20   # files this large keep their hash in the cache; smaller ones hash in milliseconds
 
 def hash_cache_dir() -> Path:
-    "Where `content_hash` caches large files' hashes: `$EI_HASH_CACHE`, else ($XDG_CACHE_HOME or ~/.cache)/ei_nb/sha256."
+    "Where `content_hash` keeps large files' hashes: `$EI_HASH_CACHE`, else ($XDG_CACHE_HOME or ~/.cache)/ei_nb/sha256."
     if d := os.environ.get('EI_HASH_CACHE'): return Path(d)
     return Path(os.environ.get('XDG_CACHE_HOME') or Path.home()/'.cache')/'ei_nb'/'sha256'
 
