@@ -83,7 +83,8 @@ def parse_redo(spec:str) -> tuple[int, str]:
     if not m: raise BadInput(f'--redo {spec!r}: expected ROUND:STAGE, e.g. 2:02_sft')
     rnd, s = int(m.group(1)), m.group(2)
     names = ROUND0_STAGES if rnd == 0 else ROUND_STAGES
-    hits = [n for n in names if s in (n, n[:2], n[3:], SECTIONS.get(n))]
+    # a stage by name, number (`03` is 03_average, `03c` 03c_sharpen), name without number or config section
+    hits = [n for n in names if s in (n, *n.partition('_')[::2], SECTIONS.get(n))]
     if len(hits) != 1: raise BadInput(f'--redo {spec!r}: no stage {s!r} in round {rnd}; stages: {", ".join(names)}')
     return rnd, hits[0]
 

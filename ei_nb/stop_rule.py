@@ -67,8 +67,9 @@ def rule_text(rounds:int, regress:int, plateau_gain:int, min_rows:int|None=None)
     data = (f'fewer than {min_rows} SFT rows (`min_rows` of 02_sft in force)' if min_rows is not None
             else 'too few SFT rows (`min_rows` of 02_sft)')
     return (f'Stop after round r when: **regression** r ≥ 2 and S_r ≤ max(S_1..S_(r-1)) − {regress}; '
-            f'**plateau** r ≥ 3 and S_r and S_(r-1) each gain less than {plateau_gain} over the best round before them; '
-            f'**budget** r = {rounds}; **data** no problem in the band, none with both a pass and a failure, or {data}.')
+            f'**plateau** r ≥ 3 and S_r and S_(r-1) each gain less than {plateau_gain} over the best round before '
+            f'them; **budget** r = {rounds}; **data** no problem in the band, none with both a pass and a failure, '
+            f'or {data}.')
 
 # %% ../nbs/05_stop_rule.ipynb #e050c6dd
 def regression_lines(scores:list[int], regress:int) -> list[tuple[int, int]]:

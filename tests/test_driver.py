@@ -28,7 +28,8 @@ def test_every_stage_writes_its_stage_json(reference):
     L = RunLayout(reference)
     for stage in ROUND1:
         rec = read_stage_json(L.round(1).stage_json(stage))
-        assert rec and rec['stage'] == stage and rec['status'] == 'done' and rec['wall_s'] > 0, stage
+        assert rec and rec['stage'] == stage and rec['status'] == 'done', stage
+        assert rec['wall_s'] > 0 or stage == '05_stop_rule', stage   # the stop rule decides in well under a millisecond
     ev = read_stage_json(L.round(1).stage_json('04_eval'))
     assert ev['headline']['solved'] == len({v['name'] for _, v in iter_jsonl(L.round(1).eval_verdicts) if v['verdict'] == 'pass'})
     assert not L.round(1).eval.stage_json.exists() and not (L.round(1).dir/'select.json').exists()   # one summary per stage: stages/
