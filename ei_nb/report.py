@@ -183,8 +183,7 @@ def example_run(out_dir, n_problems:int=24, n:int=4, rounds:int=2, seed:int=0) -
                 for p, qq in zip(problems, q) for i in range(n)]
     def samples(problems, rnd, cap):
         return [{'name': p['name'], 'sample_idx': i, 'round': rnd, 'completion': '', 'n_tokens': int(t),
-                 'capped': bool(t >= cap)}
-                for p in problems for i, t in zip(range(n), rng.integers(20, cap + 1, n))]
+                 'capped': bool(t >= cap)} for p in problems for i, t in zip(range(n), rng.integers(20, cap + 1, n))]
     skill = rng.uniform(0, 0.6, n_problems)
     def eval_round(R, rnd, boost):
         v = verdicts(scored, np.clip(skill + boost, 0, 1), rnd)
@@ -210,9 +209,8 @@ def example_run(out_dir, n_problems:int=24, n:int=4, rounds:int=2, seed:int=0) -
         write_records(R.verdicts, verdicts(sel, rng.uniform(0.2, 0.9, len(sel)), r))
         write_records(R.samples, samples(sel, r, 320))
         losses = list(np.exp(-np.linspace(0, 2, 6)) * 2)
-        stage(R, '02_sft', {}, {}, {'rows': 2 * len(sel), 'steps': 6, 'first_loss': losses[0],
-                                    'final_loss': losses[-1]},
-              {'data': {'rows': 2 * len(sel), 'problems_kept': len(sel)}, 'losses': losses})
+        head = {'rows': 2 * len(sel), 'steps': 6, 'first_loss': losses[0], 'final_loss': losses[-1]}
+        stage(R, '02_sft', {}, {}, head, {'data': {'rows': 2 * len(sel), 'problems_kept': len(sel)}, 'losses': losses})
         S.append(eval_round(R, r, 0.05 * r))
         dec = {'stop': r == rounds, 'reason': 'budget' if r == rounds else None,
                'best_round': int(np.argmax(S[1:])) + 1, 'scores': S[1:]}
