@@ -9,7 +9,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from .core import (EVAL_CAP, BadInput, StageFailed, RecordError, atomic_write_json, atomic_write_bytes, jsonl_bytes,
                         check_record, iter_jsonl, read_json, read_verdicts, sha256_file, sha256_json, shared_data, statement_key)
+import ei_nb
+from .cli import parser, positive_int, say
+from .eval import score
+from .frames import read_frame
 from .layout import ConfirmLayout, RunLayout
+from .report import mcnemar_power, mcnemar_table, min_detectable_effect, solved_by_problem
 
 # %% auto #0
 __all__ = ['SCHEMA', 'ARMS', 'DEFAULT_PROBLEMS', 'DEFAULT_RUNNER', 'KS', 'ALPHA', 'P_DISC_DESIGN', 'HYPOTHESIS',
@@ -152,7 +157,6 @@ def check_runner_kwargs(fn, kwargs:dict) -> dict:
 PACKAGES = ('torch', 'transformers', 'vllm', 'peft', 'safetensors', 'tokenizers', 'numpy', 'scipy', 'pandas', 'papermill')
 
 def _git(*args) -> str|None:
-    import ei_nb
     try: r = subprocess.run(['git', '-C', str(Path(ei_nb.__file__).resolve().parent.parent), *args], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired): return None
     return r.stdout.strip() if r.returncode == 0 else None
@@ -160,7 +164,6 @@ def _git(*args) -> str|None:
 def code_state() -> dict:
     "Python, ei_nb and library versions, and the git commit (and whether tracked files are modified)."
     from importlib.metadata import version, PackageNotFoundError
-    import ei_nb
     def v(p):
         try: return version(p)
         except PackageNotFoundError: return None
@@ -227,6 +230,9 @@ def build_registration(run_dir, # the run folder; the registration goes to RUN/c
     pinfo['frozen_sha256'] = hashlib.sha256(jsonl_bytes(probs)).hexdigest()
     models = {'model': model_fingerprint(model), 'baseline': model_fingerprint(baseline_model)}
     if models['model']['fingerprint'] == models['baseline']['fingerprint']: raise BadInput('the model and the baseline have identical files')
+    L = RunLayout(run_dir)   # the run's own files are named relative to it: a moved run still checks its registration
+    for m in models.values(): m.update(path=L.relative(m['path']), resolved=L.relative(m['resolved']))
+    pinfo['path'] = L.relative(pinfo['path'])
     reg = {'schema': SCHEMA, 'hypothesis': {'text': HYPOTHESIS, 'test': 'exact two-sided McNemar on solved@n', 'alpha': ALPHA,
                                             'direction': 'model > baseline', 'primary': f'solved@{n}'},
            'models': models, 'problems': pinfo, 'n': n, 'max_new_tokens': max_new_tokens, 'seeds': {'model': seed, 'baseline': seed},
@@ -291,8 +297,8 @@ def register(run_dir, force_rerun:bool=False, reason:str|None=None, **kw) -> dic
     _log(cdir, 'registered', registration_id=reg['registration_id'], forced=force_rerun, reason=reason,
          registration_sha256=sha256_file(C.registration))
     return {'status': 'registered', 'registration_id': reg['registration_id'], 'registration': str(C.registration),
-            'model': reg['models']['model']['resolved'], 'baseline': reg['models']['baseline']['resolved'],
-            'problems': reg['problems']['path'], 'n_problems': len(probs), 'n': reg['n'], 'max_new_tokens': reg['max_new_tokens']}
+            'model': str(C.dir.parent/reg['models']['model']['resolved']), 'baseline': str(C.dir.parent/reg['models']['baseline']['resolved']),
+            'problems': str(C.dir.parent/reg['problems']['path']), 'n_problems': len(probs), 'n': reg['n'], 'max_new_tokens': reg['max_new_tokens']}
 
 # %% ../nbs/around/confirm.ipynb #8aa29b43
 def _registered_sha256(cdir) -> str|None:
@@ -337,15 +343,18 @@ def check_lock(cdir) -> None:
 def registration_mismatches(cdir, reg:dict, runner=None) -> list[str]:
     "What no longer matches `reg`: the registration itself, model files, problems file, frozen problems, runner defaults."
     cdir = Path(cdir); out = registration_edits(cdir, reg)
+    # paths in the registration are relative to the run folder (older ones absolute)
+    L = RunLayout(cdir.resolve().parent)
     for arm in ARMS:
         m = reg['models'][arm]
-        try: files = model_files(m['resolved'])
+        try: files = model_files(L.resolve(m['resolved']))
         except BadInput as e: out.append(f'{arm}: {e}'); continue
         for f in sorted(set(files) | set(m['files'])):
             if files.get(f, {}).get('sha256') != m['files'].get(f, {}).get('sha256'):
                 out.append(f'{arm}: {f} ' + ('was added' if f not in m['files'] else 'was removed' if f not in files else 'changed (sha256 differs)'))
     p = reg['problems']
-    if not Path(p['path']).is_file() or sha256_file(p['path']) != p['sha256']: out.append(f'problems file {p["path"]} is missing or changed')
+    pp = L.resolve(p['path'])
+    if not pp.is_file() or sha256_file(pp) != p['sha256']: out.append(f'problems file {p["path"]} is missing or changed')
     frozen = ConfirmLayout(cdir).problems
     if not frozen.is_file() or sha256_file(frozen) != p['frozen_sha256']: out.append('confirm/problems.jsonl is missing or changed')
     if runner is not None and runner_defaults(runner) != reg['runner']['defaults']: out.append(f'the defaults of runner {reg["runner"]["name"]} changed')
@@ -388,11 +397,12 @@ def run_arm(cdir, reg:dict, arm:str, problems:list[dict], runner) -> dict:
     if done: raise StageFailed(f'{out.dir}: arm_done.json does not match this registration or its verdicts: archive with --force-rerun')
     if arm == 'baseline' and reg.get('baseline_from'): _copy_baseline(reg, out)
     else:
-        from ei_nb.cli import say
         accepts = inspect.signature(runner).parameters
-        extra = {k: v for k, v in (('log', say), ('serve_log', str(C.server_log(arm)))) if k in accepts}   # a managed server logs to confirm/logs/
+        # a managed server logs to confirm/logs/
+        extra = {k: v for k, v in (('log', say), ('serve_log', str(C.server_log(arm)))) if k in accepts}
         say(f'ei confirm: sampling and verifying the {arm} ({len(problems)} problems x {reg["n"]})')
-        runner(problems, model_dir=reg['models'][arm]['resolved'], out_dir=out.dir, **_runner_kwargs(reg, arm), **extra)
+        model_dir = RunLayout(C.dir.resolve().parent).resolve(reg['models'][arm]['resolved'])
+        runner(problems, model_dir=model_dir, out_dir=out.dir, **_runner_kwargs(reg, arm), **extra)
     check_complete(out.verdicts, problems, reg['n'])
     done = {'registration_id': reg['registration_id'], 'arm': arm, 'finished_utc': _now(),
             'source': reg['baseline_from']['confirm_dir'] if arm == 'baseline' and reg.get('baseline_from') else 'sampled',
@@ -403,9 +413,6 @@ def run_arm(cdir, reg:dict, arm:str, problems:list[dict], runner) -> dict:
 # %% ../nbs/around/confirm.ipynb #f2e1934d
 def summarize(cdir, reg:dict, problems:list[dict]) -> dict:
     "Scores of both arms, the McNemar table, disagreements by name, power, and the registered outcome."
-    from ei_nb.frames import read_frame
-    from ei_nb.eval import score
-    from ei_nb.report import solved_by_problem, mcnemar_table, min_detectable_effect, mcnemar_power
     cols, names = ['name', 'sample_idx', 'verdict'], [p['name'] for p in problems]
     v = {a: read_frame(ConfirmLayout(Path(cdir)).arm(a).verdicts, 'verdict', columns=cols) for a in ARMS}
     s = {a: solved_by_problem(v[a]) for a in ARMS}
@@ -483,7 +490,8 @@ def run_confirmation(run_dir, # the run folder holding confirm/registration.json
     atomic_write_json(C.result, res)
     summary = {'model_solved': res['scores']['model']['solved'], 'baseline_solved': res['scores']['baseline']['solved'],
                'b': res['mcnemar']['b'], 'c': res['mcnemar']['c'], 'p_value': res['mcnemar']['p_value'], 'outcome': res['outcome']}
-    files = lock_hashes(C)   # each locked file read once; the older keys repeat two of them for locks read by earlier code
+    # each locked file read once; the older keys repeat two of them for locks read by earlier code
+    files = lock_hashes(C)
     atomic_write_json(C.lock, {'registration_id': reg['registration_id'], 'attempt': attempt, 'locked_utc': _now(),
                                'registration_sha256': files['registration.json'],
                                'result_sha256': files['result.json'], 'verdicts_sha256': res['verdicts_sha256'],
@@ -497,8 +505,7 @@ def run_confirmation(run_dir, # the run folder holding confirm/registration.json
 # %% ../nbs/around/confirm.ipynb #24370c44
 def report_notebook() -> Path:
     "The report notebook of this checkout: `nbs/around/confirm_report.ipynb` next to the package."
-    import ei_nb
-    return Path(ei_nb.__file__).resolve().parent.parent/'nbs'/'confirm_report.ipynb'
+    return Path(ei_nb.__file__).resolve().parent.parent/'nbs'/'around'/'confirm_report.ipynb'
 
 def render_report(run_dir, notebook=None, kernel:str='python3', timeout:int=1800) -> Path:
     "Execute the report notebook with papermill into `RUN/confirm/confirm_report.ipynb`."
@@ -512,8 +519,9 @@ def render_report(run_dir, notebook=None, kernel:str='python3', timeout:int=1800
     if not any('parameters' in c.get('metadata', {}).get('tags', []) and 'confirm_dir' in ''.join(c['source']) for c in cells):
         raise BadInput(f'{nb}: has no `confirm_dir` in a cell tagged `parameters`')
     out, part = C.report, C.report_partial
-    try: pm.execute_notebook(str(nb), str(part), parameters={'confirm_dir': str(cdir)}, kernel_name=kernel, language='python', log_output=True,
-                             progress_bar=False, cwd=str(cdir), execution_timeout=timeout)
+    try:   # run in cdir with confirm_dir '.': the executed report names no absolute path
+        pm.execute_notebook(str(nb), str(part), parameters={'confirm_dir': '.'}, kernel_name=kernel, language='python',
+                            log_output=True, progress_bar=False, cwd=str(cdir), execution_timeout=timeout)
     except pm.PapermillExecutionError as e:
         raise StageFailed(f'report notebook failed in cell {e.cell_index}: {e.ename}: {e.evalue} (partial notebook: {part})') from None
     os.replace(part, out)
@@ -543,7 +551,6 @@ def status(run_dir) -> dict:
 
 def confirm_cli(argv) -> dict:
     "`ei confirm register|run|report|status --run-dir RUN ...`"
-    from ei_nb.cli import parser, positive_int
     p = parser('confirm', 'the pre-registered confirmatory test evaluation: register, then run once, then report')
     sub = p.add_subparsers(dest='cmd', required=True)
     r = sub.add_parser('register', help='freeze the protocol before any test sample')

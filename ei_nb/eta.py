@@ -6,13 +6,13 @@
 from __future__ import annotations
 import os
 from pathlib import Path
-from .core import BadInput, SFT_MAX_TOKENS, atomic_write_json, read_json, read_problems
+from .core import BadInput, SFT_MAX_TOKENS, atomic_write_json, count_lines, read_json, read_problems
 from .layout import RunLayout, read_stage_json
 
 # %% auto #0
 __all__ = ['DPO_TOKEN_COST', 'ETA_KEYS', 'SAMPLING', 'training_work', 'stage_work', 'lean_workers', 'sampling_parts',
-           'model_seconds', 'lean_rate', 'eta_seconds', 'bound_text', 'count_lines', 'hms', 'measured_lean_s',
-           'record_rate', 'planned_sizes', 'Estimator']
+           'model_seconds', 'lean_rate', 'eta_seconds', 'bound_text', 'hms', 'measured_lean_s', 'record_rate',
+           'planned_sizes', 'Estimator']
 
 # %% ../nbs/run/eta.ipynb #7d8fd489
 DPO_TOKEN_COST = 4 / 3   # a DPO token: policy forward + backward (3 units) plus the reference's forward (1 unit)
@@ -115,12 +115,6 @@ def bound_text(stage:str, cfg:dict, work:float, rates:dict|None=None, wide:int=6
                 f'{_hours(lean / other)} on {other}')
     if lean / w > gen: return f'Lean-bound: {checking}; generation {_hours(gen)}'
     return f'GPU-bound: generation {_hours(gen)}; Lean {checking}'
-
-def count_lines(path) -> int|None:
-    "Non-blank lines of a JSONL file (records), None when it is not there yet."
-    try:
-        with open(path, 'rb') as f: return sum(1 for l in f if l.strip())
-    except OSError: return None
 
 def hms(s:float) -> str:
     "Seconds as H:MM:SS."

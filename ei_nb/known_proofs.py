@@ -4,12 +4,14 @@
 
 # %% ../nbs/verifier/known_proofs.ipynb #9025bb0f
 from __future__ import annotations
-from .core import iter_jsonl, lean_code_only, normalize_ws, sha256_file, statement_key
+import re
+from .core import iter_jsonl, lean_code_only, normalize_ws, read_problems, sha256_file, shared_data, statement_key
 from .policy import load_policy, split_code
 from .verifier import Verifier
 
 # %% auto #0
-__all__ = ['KnownProofs', 'read_records_any', 'KnownProofVerifier', 'known_proof_verifier']
+__all__ = ['KnownProofs', 'read_records_any', 'KnownProofVerifier', 'known_proof_verifier', 'mask_comments', 'split_lean_file',
+           'known_good_proofs']
 
 # %% ../nbs/verifier/known_proofs.ipynb #8ace2af6
 class KnownProofs:
@@ -54,3 +56,70 @@ def known_proof_verifier(path, policy=None):
     "A `KnownProofVerifier` over the known proofs in `path` (JSON Lines written by `ei_nb.demo.build_demo_data`)."
     return KnownProofVerifier(KnownProofs.from_file(path), load_policy(policy),
                               {'backend': 'known', 'known_proofs': str(path), 'sha256': sha256_file(path)})
+
+# %% ../nbs/verifier/known_proofs.ipynb #9bfebba2
+def mask_comments(text:str) -> str:
+    "`text` with every comment character replaced by a space (line breaks kept): same length, same positions."
+    out, i, n, depth = list(text), 0, len(text), 0
+    def blank(a, b):
+        for k in range(a, b):
+            if out[k] != '\n': out[k] = ' '
+    while i < n:
+        if depth:
+            if text.startswith('/-', i): depth += 1; blank(i, i+2); i += 2
+            elif text.startswith('-/', i): depth -= 1; blank(i, i+2); i += 2
+            else: blank(i, i+1); i += 1
+        elif text.startswith('/-', i): depth = 1; blank(i, i+2); i += 2
+        elif text.startswith('--', i):
+            j = text.find('\n', i); j = n if j < 0 else j
+            blank(i, j); i = j
+        elif text[i] == '"':
+            j = i + 1
+            while j < n and text[j] != '"': j += 2 if text[j] == '\\' else 1
+            i = j + 1
+        else: i += 1
+    return ''.join(out)
+
+_HEAD = re.compile(r'(?:[ \t]*(?:import\s+\S+|set_option\s+\S+\s+\S+|open\s+[^\n]+)?[ \t]*\n)*')
+_THM = re.compile(r'(?m)^[ \t]*(?:theorem|lemma)\s')
+_BY = re.compile(r':=\s*by\b')
+
+def split_lean_file(code:str) -> dict|None:
+    "`header`, `informal_prefix`, `formal_statement` (ends with `:= by` + newline) and `proof` of a one-theorem file, or None."
+    clean = mask_comments(code)
+    m = _THM.search(clean)
+    if not m: return None
+    h = _HEAD.match(code).end()
+    h = h if h <= m.start() else 0
+    if lean_code_only(code[h:m.start()]).strip(): return None   # code other than comments above the theorem
+    by = _BY.search(clean, m.start())
+    if not by: return None
+    return {'header': code[:h], 'informal_prefix': code[h:m.start()],
+            'formal_statement': code[m.start():by.end()] + '\n', 'proof': code[by.end():]}
+
+# %% ../nbs/verifier/known_proofs.ipynb #19d8f70f
+def _workbook_rows() -> list[tuple[dict, dict]]:
+    "(row, split file) of every lean-workbook row whose file splits into one theorem."
+    out = []
+    for _, r in iter_jsonl(shared_data('lean_workbook_goedel_proofs_kimina_verdicts.jsonl')):
+        if (s := split_lean_file(r['code'])) is not None: out.append((r, s))
+    return out
+
+def known_good_proofs() -> list[dict]:
+    "Every proof Lean already accepted in the bundled data (`ei_nb/data`): `name`, `statement_key`, `proof`, `source`."
+    out = []
+    minif2f = {p['name']: p for p in read_problems(shared_data('minif2f_dsp15.jsonl'))}
+    for _, r in iter_jsonl(shared_data('deepseek_prover_v2_minif2f_solutions.jsonl')):
+        p = minif2f.get(r['name'])
+        if not (r['statement_matches_minif2f_dsp15'] and p): continue
+        i = r['full_code'].index(p['formal_statement']) + len(p['formal_statement'])
+        out.append({'name': r['name'], 'statement_key': statement_key(p['formal_statement']), 'proof': r['full_code'][i:],
+                    'source': 'DeepSeek-Prover-V2 miniF2F solutions'})
+    for _, r in iter_jsonl(shared_data('minif2f_valid_few_shot_dsp15.jsonl')):
+        out.append({'name': r['name'], 'statement_key': statement_key(r['formal_statement']), 'proof': r['formal_proof'],
+                    'source': 'DeepSeek-Prover-V1.5 few-shot proofs'})
+    for r, s in _workbook_rows():
+        if r['verdict'] == 'valid':
+            out.append({'name': r['id'], 'statement_key': statement_key(s['formal_statement']), 'proof': s['proof'],
+                        'source': 'lean-workbook proofs judged valid by kimina-lean-server'})
+    return out

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor, wait, FIRST_COMPLETED
 from dataclasses import dataclass, asdict, fields
 from pathlib import Path
 from .core import BadInput, atomic_write_json, read_problems, read_records, sha256_json, write_records
+from .layout import portable, run_root
 from .prompts import PROMPT_STYLES, render_prompt, verifiable_text
 from .verify import VerifierSettings, make_verifier, verifier_of   # verifier_of: here too for older imports
 
@@ -280,6 +281,7 @@ def _settings_path(samples_path) -> Path: return Path(f'{samples_path}.settings.
 def _check_resume(samples_path, settings:dict):
     "Refuse to extend a samples file written with other settings; record the settings of a fresh one."
     settings, sp = json.loads(json.dumps(settings)), _settings_path(samples_path)
+    if (root := run_root(sp.parent)): settings = portable(settings, root)   # in a run: `{run_dir}`, so the run can move
     if Path(samples_path).exists():
         old = json.loads(sp.read_text()) if sp.exists() else None
         if old != settings:

@@ -4,6 +4,7 @@
 
 # %% ../nbs/05_stop_rule.ipynb #2574dd4c
 from __future__ import annotations
+from .cli import parser
 from .core import BadInput
 
 # %% auto #0
@@ -43,7 +44,8 @@ def best_with_base(decision:dict, # what `stop_decision` returned (or a data sto
     r = decision['best_round']
     if s0 is None: return decision
     if r and scores[r - 1] > s0: return decision | {'S_0': s0}
-    note = (f'no round beat the base model (S_0 = {s0}, best round {r} has S_{r} = {scores[r - 1]}): best is the base model'
+    note = (f'no round beat the base model (S_0 = {s0}, best round {r} has S_{r} = {scores[r - 1]}): '
+            'best is the base model'
             if r else f'no round has a score (S_0 = {s0}): best is the base model')
     return decision | {'best_round': 0, 'S_0': s0, 'best_note': note}
 
@@ -62,10 +64,12 @@ def data_stop(n_in_band:int, # problems in the pass-rate band
 # %% ../nbs/05_stop_rule.ipynb #186454e6
 def rule_text(rounds:int, regress:int, plateau_gain:int, min_rows:int|None=None) -> str:
     "The stop rule with the thresholds in force, as markdown."
-    data = f'fewer than {min_rows} SFT rows (`min_rows` of 02_sft in force)' if min_rows is not None else 'too few SFT rows (`min_rows` of 02_sft)'
+    data = (f'fewer than {min_rows} SFT rows (`min_rows` of 02_sft in force)' if min_rows is not None
+            else 'too few SFT rows (`min_rows` of 02_sft)')
     return (f'Stop after round r when: **regression** r ≥ 2 and S_r ≤ max(S_1..S_(r-1)) − {regress}; '
-            f'**plateau** r ≥ 3 and S_r and S_(r-1) each gain less than {plateau_gain} over the best round before them; '
-            f'**budget** r = {rounds}; **data** no problem in the band, none with both a pass and a failure, or {data}.')
+            f'**plateau** r ≥ 3 and S_r and S_(r-1) each gain less than {plateau_gain} over the best round before '
+            f'them; **budget** r = {rounds}; **data** no problem in the band, none with both a pass and a failure, '
+            f'or {data}.')
 
 # %% ../nbs/05_stop_rule.ipynb #e050c6dd
 def regression_lines(scores:list[int], regress:int) -> list[tuple[int, int]]:
@@ -75,7 +79,6 @@ def regression_lines(scores:list[int], regress:int) -> list[tuple[int, int]]:
 # %% ../nbs/05_stop_rule.ipynb #e1bbb0b0
 def stop_cli(argv):
     "`ei stop --scores S1,S2,... [--rounds 3] [--regress 3] [--plateau-gain 2]`"
-    from ei_nb.cli import parser
     p = parser('stop', 'the pre-registered stop rule')
     p.add_argument('--scores', required=True, help='S_1,...,S_r: scored problems solved per round')
     p.add_argument('--rounds', type=int, default=3); p.add_argument('--regress', type=int, default=3)

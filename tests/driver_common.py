@@ -51,7 +51,7 @@ def artefacts(run_dir) -> dict:
         out[f'round_00/{name}'] = _records(Path(run_dir)/'round_00'/name)
     for name in ('selected.jsonl', 'samples.jsonl', 'verdicts.jsonl', 'sft.jsonl', 'eval/eval_samples.jsonl', 'eval/eval_verdicts.jsonl'):
         out[name] = _records(d/name)
-    out['decision.json'] = _h(d/'decision.json')
+    out['decision'] = json.loads((d/'stages'/'05_stop_rule.json').read_text())['headline']
     out['select'] = json.loads((d/'stages'/'00_select.json').read_text())['headline']
     for sub in ('merged', 'model'):
         for f in sorted((d/sub).glob('*.safetensors')): out[f'{sub}/{f.name}'] = _h(f)

@@ -28,12 +28,13 @@ def test_every_stage_writes_its_stage_json(reference):
     L = RunLayout(reference)
     for stage in ROUND1:
         rec = read_stage_json(L.round(1).stage_json(stage))
-        assert rec and rec['stage'] == stage and rec['status'] == 'done' and rec['wall_s'] > 0, stage
+        assert rec and rec['stage'] == stage and rec['status'] == 'done', stage
+        assert rec['wall_s'] > 0 or stage == '05_stop_rule', stage   # the stop rule decides in well under a millisecond
     ev = read_stage_json(L.round(1).stage_json('04_eval'))
     assert ev['headline']['solved'] == len({v['name'] for _, v in iter_jsonl(L.round(1).eval_verdicts) if v['verdict'] == 'pass'})
     assert not L.round(1).eval.stage_json.exists() and not (L.round(1).dir/'select.json').exists()   # one summary per stage: stages/
     assert ev['outputs']['verdicts']['sha256'] == _h(L.round(1).eval_verdicts)
-    assert read_stage_json(L.round(1).stage_json('05_stop_rule'))['headline'] == json.loads(L.round(1).decision.read_text())
+    assert read_stage_json(L.round(1).stage_json('05_stop_rule'))['headline']['reason'] == 'budget'   # the decision
     assert read_stage_json(L.round(0).stage_json('01_sample_verify'))['params']['data_rule'] is False   # no data rule on the pool measurement
 
 def test_finished_run_is_skipped_entirely(reference, tmp_path):
@@ -146,7 +147,7 @@ def test_data_stop_exits_4_with_a_decision_and_a_report(reference, tmp_path):
     p = ei(run, '--redo', '1:00_select', '--set', 'select.hi=0.01')
     assert p.returncode == 4, p.stderr[-2000:]
     assert executed(p.stderr) == ['1:00_select', '1:05_stop_rule', '1:06_report', 'final:06_report']   # 05 writes the data stop's decision
-    dec = json.loads((run/'round_01'/'decision.json').read_text())
+    dec = json.loads((run/'round_01'/'stages'/'05_stop_rule.json').read_text())['headline']
     assert dec['stop'] and dec['reason'] == 'data' and 'no problem in the pass-rate band' in dec['detail']
     assert dec['best_round'] == 0 and 'base model' in dec['best_note']   # no round has a score: best/ is the base
     sj = json.loads((run/'round_01'/'stages'/'00_select.json').read_text())

@@ -10,7 +10,7 @@ def test_example_run_is_where_the_layout_says(tmp_path):
     L = RunLayout(run)
     for r in (0, 1, 2): assert L.round(r).eval_verdicts.exists() and L.round(r).stage_json('04_eval').exists()
     for r in (1, 2):
-        for p in (L.round(r).selected, L.round(r).verdicts, L.round(r).samples, L.round(r).decision, L.manifest(r)): assert p.exists(), p
+        for p in (L.round(r).selected, L.round(r).verdicts, L.round(r).samples, L.round(r).stage_json('05_stop_rule'), L.manifest(r)): assert p.exists(), p
     got = load_run(run)
     assert [x['round'] for x in got['rounds']] == [1, 2]
     assert got['baseline_verdicts'] == L.round(0).eval_verdicts

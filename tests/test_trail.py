@@ -1,5 +1,5 @@
 "The audit trail: stage notebooks are tagged so that their rendered pages show the stage, not the library."
-import copy, json, os
+import copy, json, os, re
 from pathlib import Path
 import pytest
 from ei_nb.audit_html import LIBRARY_TAG, library_cells, runner_index, tag_library_cells
@@ -100,6 +100,28 @@ def test_records_open_with_their_summary(path):
     nb = json.loads(path.read_text(encoding='utf-8'))
     first = nb['cells'][0]
     assert SUMMARY_TAG in first.get('metadata', {}).get('tags', []) and ''.join(first['source']).startswith('## Summary of')
+
+
+@pytest.mark.parametrize('path', RECORDS, ids=lambda p: str(p.relative_to(EXAMPLE_RUN)))
+def test_records_collapse_library_cells_and_tabulate_numbers(path):
+    "In JupyterLab the summary comes before the stage's own cells (the library is collapsed); other numbers are a table."
+    from ei_nb.audit_html import SUMMARY_TAG
+    nb = json.loads(path.read_text(encoding='utf-8'))
+    for c in nb['cells']:
+        hidden = c.get('metadata', {}).get('jupyter', {})
+        want = {'source_hidden': True, 'outputs_hidden': True} if LIBRARY_TAG in c['metadata'].get('tags', []) else {}
+        assert hidden == want, f'{path.name}: {"".join(c["source"])[:60]!r} collapsed {hidden}'
+    summary = ''.join(nb['cells'][0]['source'])
+    if '### Other numbers' in summary:
+        assert summary.split('### Other numbers\n\n')[1].startswith('| | |\n|---|---|\n'), f'{path.name}: other numbers not a table'
+
+
+def test_the_example_run_names_no_folder_of_the_machine_it_ran_on():
+    "Every path the committed run's files give is relative to the run folder: the folder it ran in appears nowhere."
+    files = [p for p in sorted(EXAMPLE_RUN.rglob('*')) if p.is_file() and p.suffix in ('.json', '.done', '.ipynb', '.md')]
+    assert len(files) > 50
+    leaks = [str(p.relative_to(EXAMPLE_RUN)) for p in files if re.search(r'/tmp/|/work/|/home/|/root/', p.read_text(encoding='utf-8'))]
+    assert leaks == [], leaks
 
 
 def test_pages_show_every_figure_as_an_image_and_no_example_data(tmp_path):
