@@ -144,7 +144,7 @@ def _known_backend(s:VerifierSettings):
 
 for _n, _f in {'none': lambda s: None, 'repl': _repl_backend, 'lean': _lean_backend, 'server': _server_backend,
                'known': _known_backend}.items(): register_backend(_n, _f)
-register_backend('arith', 'ei_nb.arith:arith_verifier')   # the exact checker of the arith fragment (nbs/around/arith.ipynb), imported on first use
+register_backend('arith', 'ei_nb.arith:arith_verifier')   # the exact checker of the arith fragment (nbs/tools/arith.ipynb), imported on first use
 register_backend('ray', 'ei_nb.lean_ray:ray_verifier')   # Lean on a Ray cluster (lean_ray), imported on first use
 
 def backend_names() -> list[str]:

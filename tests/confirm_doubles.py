@@ -1,6 +1,6 @@
 """Test doubles of `ei confirm`: a synthetic model folder, a runner with `run_eval`'s contract that needs no model and
 no Lean, and a whole synthetic confirmation. The protocol (hashes, lock, forced reruns, resumption, the report) does
-not depend on what a model generates, so `nbs/around/confirm.ipynb`, `nbs/around/confirm_report.ipynb` and `tests/test_confirm.py`
+not depend on what a model generates, so `nbs/tools/confirm.ipynb`, `nbs/tools/confirm_report.ipynb` and `tests/test_confirm.py`
 exercise it with these. Each verdict is a seeded hash of (model fingerprint, problem, sample index, seed) compared with a
 per-problem pass probability set by the model folder's `synthetic.json` skill; the runner resumes problem by problem,
 and `_interrupt_after` simulates a crash after that many new problems. Its verdicts have `reason = 'synthetic'` and its

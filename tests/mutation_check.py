@@ -325,9 +325,9 @@ MUTANTS = [
       'a wrong API key scores every proof `error` instead of stopping', *GUARD27_T, 'tests/test_realrun.py -k refuses_the_key'),
     M('lines-not-shifted', 'nbs/verifier/lean_backends.ipynb', "return _shift_lines(reply, _lead_lines(full)) if self.conventions[i] == 'body' else reply",
       'return reply', "a server counting lines after the imports (kimina before e2cdc1f) misplaces every message", 'tests/test_kimina_lines.py'),
-    M('repl-checked-by-history', 'nbs/around/setup_lean.ipynb', "    if tree == trees[0]: return 'tag'\n    raise BadInput(", "    if tree == trees[0]: return 'tag'\n    return 'tag'\n    raise BadInput(",
+    M('repl-checked-by-history', 'nbs/tools/setup_lean.ipynb', "    if tree == trees[0]: return 'tag'\n    raise BadInput(", "    if tree == trees[0]: return 'tag'\n    return 'tag'\n    raise BadInput(",
       'a REPL checkout at another tree is accepted', 'tests/test_realrun.py -k another_tree', NB),
-    M('cache-miss-aborts', 'nbs/around/setup_lean.ipynb', "    if rc and step is not None and step.may_fail:", "    if False:",
+    M('cache-miss-aborts', 'nbs/tools/setup_lean.ipynb', "    if rc and step is not None and step.may_fail:", "    if False:",
       "the fork's expected cache miss aborts the set-up before lake build", 'tests/test_realrun.py -k cache_miss', NB),
     # ---- the science of the loop (issue 29): the learning demo must stop learning under each of these, and only
     #      tests/test_science_learning.py (real `ei run`s of configs/demo_learn.toml and demo_learn_forms.toml) is asked.
@@ -346,11 +346,11 @@ MUTANTS = [
       'result = average_checkpoints(anchor_dir, finetuned_dir, out_dir, 0.0, threads=threads, force=force)',
       'the round averages with ft_weight 0: every round hands on the anchor (the base model)', *LEARN_T),
     # ---- issue 28 part 5: a locked confirmation cannot be edited silently
-    M('lock-report-unchecked', 'nbs/around/confirm.ipynb', "    if C.lock.is_file() and bad: raise StageFailed(", "    if False and bad: raise StageFailed(",
+    M('lock-report-unchecked', 'nbs/tools/confirm.ipynb', "    if C.lock.is_file() and bad: raise StageFailed(", "    if False and bad: raise StageFailed(",
       '`ei confirm report` renders a confirmation whose locked files changed', 'tests/test_confirm.py -k report_renders', NB),
-    M('lock-status-exits-0', 'nbs/around/confirm.ipynb', "    if bad: raise StageFailed(f'{_cdir(a.run_dir)}", "    if False: raise StageFailed(f'{_cdir(a.run_dir)}",
+    M('lock-status-exits-0', 'nbs/tools/confirm.ipynb', "    if bad: raise StageFailed(f'{_cdir(a.run_dir)}", "    if False: raise StageFailed(f'{_cdir(a.run_dir)}",
       '`ei confirm status` exits 0 after registration.json or a locked verdict changed', 'tests/test_confirm.py -k report_renders', NB),
-    M('lock-misses-samples', 'nbs/around/confirm.ipynb', "for f in (C.arm(a).samples, C.arm(a).verdicts, C.arm_done(a))]", "for f in (C.arm(a).verdicts,)]",
+    M('lock-misses-samples', 'nbs/tools/confirm.ipynb', "for f in (C.arm(a).samples, C.arm(a).verdicts, C.arm_done(a))]", "for f in (C.arm(a).verdicts,)]",
       "the lock leaves the arms' samples and markers unhashed", NB),
 ]
 

@@ -1,6 +1,6 @@
 """The science of the loop, end to end: the learning demo (`configs/demo_learn.toml`) must keep learning.
 
-Two real `ei run`s on the arith fragment (nbs/around/arith.ipynb), two rounds each. The learning demo: the base model is
+Two real `ei run`s on the arith fragment (nbs/tools/arith.ipynb), two rounds each. The learning demo: the base model is
 warm-started on the easy end, the rounds sample, verify with the exact checker, select in the band, keep the shortest
 verified proofs, train a LoRA and average it toward the base; the last round must solve more held-out scored problems
 than the base, significantly (exact McNemar, p < 0.05), every round must train on its own proofs, and the pool's pass
