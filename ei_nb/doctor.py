@@ -15,7 +15,8 @@ from .remote_samplers import openai_endpoints, served_models
 from .samplers import DP_FIX, verifier_of
 from .setup_lean import LEAN_TOOLCHAIN, mathlib_olean
 from .vllm_server import serve_settings
-from .doctor_checks import STATUSES, LAKE_FIX, row, check_lake, served_rows, verifier_rows
+from .doctor_probes import STATUSES, row
+from .doctor_checks import LAKE_FIX, check_lake, served_rows, verifier_rows
 from .inputs import check_scored, clean_pool
 from .lean_backends import lake_executable
 from .lean_ray import lean_worker_rows

@@ -6,7 +6,8 @@
 from __future__ import annotations
 import json, os, re, shutil, subprocess, time
 from pathlib import Path
-from .core import StageFailed, read_problems, shared_data
+from .core import StageFailed, read_problems
+from .doctor_probes import FALSE_PROBLEM, STATUSES, doctor_proofs, row
 from .config import serve_params
 from .lean_backends import lake_executable
 from .samplers import plan_prompts
@@ -14,16 +15,8 @@ from .verify import make_verifier
 from .vllm_server import server_command, serve_settings, vllm_command
 
 # %% auto #0
-__all__ = ['STATUSES', 'LAKE_FIX', 'FALSE_PROBLEM', 'GENERATION_FIELDS', 'row', 'check_lake', 'doctor_proofs', 'verifier_rows',
-           'generation_defaults', 'longest_prompt', 'length_rows', 'ray_rows', 'served_rows']
-
-# %% ../nbs/run/doctor_checks.ipynb #4d29a462
-STATUSES = ('OK', 'WARN', 'FAIL')
-
-def row(check:str, status:str, detail:str, fix:str='') -> dict:
-    "One row of the doctor's table."
-    assert status in STATUSES, status
-    return {'check': check, 'status': status, 'detail': detail, 'fix': fix if status != 'OK' else ''}
+__all__ = ['LAKE_FIX', 'GENERATION_FIELDS', 'check_lake', 'verifier_rows', 'generation_defaults', 'longest_prompt', 'length_rows',
+           'ray_rows', 'served_rows']
 
 # %% ../nbs/run/doctor_checks.ipynb #6d8fc05d
 LAKE_FIX = ('lake is looked up as paths.lake, then $ELAN_HOME/bin/lake, then ~/.elan/bin/lake, then on the PATH: '
@@ -36,19 +29,9 @@ def check_lake(ctx) -> list[dict]:
     return [row('lake', 'OK' if found else 'FAIL', found or f'{lake}: not found', LAKE_FIX)]
 
 # %% ../nbs/run/doctor_checks.ipynb #58dae91c
-FALSE_PROBLEM = {'name': 'ei_doctor_false', 'split': 'none', 'informal_prefix': '',
-                 'header': 'import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\nopen BigOperators Real Nat Topology Rat\n\n',
-                 'formal_statement': 'theorem ei_doctor_false : (2 : ℕ) + 2 = 5 := by'}
-
 def _completion(problem:dict, proof:str, idx:int=0) -> dict:
     code = problem['header'] + problem['formal_statement'] + proof
     return {'name': problem['name'], 'sample_idx': idx, 'round': 0, 'completion': f'```lean4\n{code}\n```\n', 'n_tokens': 1, 'capped': False}
-
-def doctor_proofs() -> tuple[dict, str]:
-    "A miniF2F-valid problem and its published proof (the bundled data)."
-    few = {r['name']: r for r in map(json.loads, open(shared_data('minif2f_valid_few_shot_dsp15.jsonl'), encoding='utf-8'))}
-    prob = {r['name']: r for r in map(json.loads, open(shared_data('minif2f_dsp15.jsonl'), encoding='utf-8'))}['mathd_algebra_182']
-    return prob, few[prob['name']]['formal_proof']
 
 def _verdict_row(label:str, got:list[dict], want:str, fix:str, t0:float) -> dict:
     bad = [r for r in got if r['verdict'] != want]

@@ -5,7 +5,7 @@
 # %% ../nbs/run/doctor_node.ipynb #545bb2ce
 from __future__ import annotations
 import json, shutil, subprocess, sys
-from .doctor_checks import row
+from .doctor_probes import row
 from .eta import Estimator, bound_text, lean_rate, lean_workers, sampling_parts
 
 # %% auto #0

@@ -14,7 +14,7 @@ from .lean_backends import lake_executable
 from .lean_replay import ReplayError, default_replay_bin
 from .verifier import VerdictCache, Verifier
 from .verify import VerifierSettings, make_verifier
-from .doctor_checks import FALSE_PROBLEM, doctor_proofs, row
+from .doctor_probes import FALSE_PROBLEM, doctor_proofs, row
 
 # %% auto #0
 __all__ = ['RAY_FIX', 'MAX_TRIES', 'START_GRACE_S', 'RESCAN_S', 'BAN_S', 'ray_module', 'lean_nodes', 'guarded', 'LeanWorker',

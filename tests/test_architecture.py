@@ -13,7 +13,7 @@ MAX_MODULE, MAX_FUNCTION, MAX_LINE, MAX_RUNNER_PARAMS = 600, 50, 120, 12
 # The map of CONTRIBUTING.md, bottom up: a module may import its own room and the rooms listed before it.
 ROOMS = {
     'records':  'core lean_lex cli params_check layout prompts tiny rows ckernel jsonl_scan frames near_dup',
-    'verifier': 'lean_tokens lean_commands policy lean_reply sandbox lean_backends lean_replay verifier known_proofs '
+    'verifier': 'lean_tokens lean_commands policy lean_reply sandbox lean_backends lean_replay verifier known_proofs doctor_probes '
                 'verify lean_ray',
     'sampling': 'samplers vllm_server remote_samplers sample_job',
     'stages':   'train dpo average_io average sft select eval sample_verify correct conjecture sharpen stop_rule report',
@@ -25,7 +25,11 @@ ROOMS = {
 ROOM_OF = {m: r for r, ms in ROOMS.items() for m in ms.split()}
 RANK = {r: i for i, r in enumerate(ROOMS)}
 # Package modules that may be imported inside a function, and why (everything else is imported at the top).
-LAZY = {'audit_html': 'imports nbformat at import time (about 1 s), which only `ei report` and the run need'}
+LAZY = {'audit_html': 'imports nbformat at import time (about 1 s), which only `ei report` and the run need',
+        # `eval` is imported by `ei select` and `ei stats`, which check no proof: the verifier stack (0.3 s) waits
+        'sample_job': 'the sampling and verifying stack, for `eval` (see above)',
+        'verify': 'the verifier settings and back-ends, for `eval` (see above)',
+        'lean_reply': "the replay verdict's check, for `eval` (see above)"}
 
 
 def imported_modules(path:Path) -> set:
