@@ -64,8 +64,11 @@ class LeanWorker:
         s = VerifierSettings.from_dict(settings)
         repl = s.repl_cmd or [lake_executable(), 'env', os.environ.get('EI_REPL_BIN', 'repl')]   # as verify's repl
         replay = s.replay_cmd or [lake_executable(), 'env', default_replay_bin()]              # as verify's replay
-        local = dataclasses.replace(s, backend='repl', workers=slots, cache_dir=None, repl_cmd=guarded(repl),
-                                    replay_cmd=guarded(replay))
+        # in the sandbox (bwrap --die-with-parent, its own PID namespace) nothing outlives the actor; without it, the
+        # guard does that (a guard inside bwrap's PID namespace would see no parent and kill itself)
+        guard = (lambda cmd: cmd) if s.sandbox else guarded
+        local = dataclasses.replace(s, backend='repl', workers=slots, cache_dir=None, repl_cmd=guard(repl),
+                                    replay_cmd=guard(replay))
         self.slots, self.v = slots, make_verifier(local)
 
     def describe(self) -> dict:
