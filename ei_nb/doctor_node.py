@@ -89,7 +89,8 @@ def lean_load_rows(cfg:dict, layout, paths:dict) -> list[dict]:
 def replay_rows(cfg:dict, backend:str) -> list[dict]:
     "Whether the passes of a Lean back-end are replayed through the kernel (`[verify] replay`)."
     if backend not in ('repl', 'lean'): return []
-    if cfg['verify'].get('replay', True): return [row('kernel replay', 'OK', 'each pass is replayed through the kernel')]
+    if cfg['verify'].get('replay', True):
+        return [row('kernel replay', 'OK', 'each pass is replayed through the kernel')]
     return [row('kernel replay', 'WARN', 'passes are NOT replayed through the kernel ([verify] replay = false): a '
                 'proof that adds an unsound declaration the elaborator accepts counts as a pass',
                 'build the replay tool (`ei setup-lean` does, in its own step) and remove verify.replay = false')]

@@ -79,8 +79,8 @@ def _run_args(argv:list[str]):
                    help='allow a test-split scored set (needs --rounds 1)')
     p.add_argument('--until', metavar='R:STAGE', help='stop after this step (exit 0; rerun to go on)')
     p.add_argument('--no-doctor', action='store_true', help="skip `ei doctor`'s checks before a new run's round 0")
-    p.add_argument('--unsandboxed', action='store_true', help='run Lean without the bubblewrap sandbox (not recommended; '
-                   'run.json records it)')
+    p.add_argument('--unsandboxed', action='store_true',
+                   help='run Lean without the bubblewrap sandbox (not recommended; run.json records it)')
     return p.parse_args(argv)
 
 def _sets(a) -> list[str]:
@@ -137,5 +137,6 @@ def run_cli(argv:list[str]) -> dict:
               until=until)
     if a.dry_run: return {'dry_run': True, 'run_dir': str(run.run_dir), **print_plan(plan(run.sources))}
     require_kernel(cfg['run']['kernel'])
-    if a.unsandboxed: os.environ['EI_UNSANDBOXED'] = '1'   # its stages' verifiers (`VerifierSettings.sandbox`) run Lean as it is
+    # its stages' verifiers (`VerifierSettings.sandbox`) run Lean as it is
+    if a.unsandboxed: os.environ['EI_UNSANDBOXED'] = '1'
     with _signals_interrupt(), run_lock(run_dir): return _start(run, a, redos, argv)
