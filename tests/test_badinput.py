@@ -184,7 +184,7 @@ BAD_ARGS = {
     'sft-data --max-per-problem 0': (['sft-data', '--problems', '{d}/pool.jsonl', '--samples', '{d}/samples.jsonl', '--verdicts', '{d}/verdicts.jsonl', '--out', '{d}/o.jsonl', '--max-per-problem', '0'], 'argument --max-per-problem'),
     'train --epochs 0': (['train', '--model', '{d}/m', '--data', '{d}/samples.jsonl', '--out-dir', '{d}/t', '--epochs', '0'], 'argument --epochs'),
     'average --ft-weight 1.5': (['average', '--anchor', '{d}/a', '--finetuned', '{d}/b', '--out', '{d}/c', '--ft-weight', '1.5'], 'argument --ft-weight'),
-    'average --ft-weight 0': (['average', '--anchor', '{d}/a', '--finetuned', '{d}/b', '--out', '{d}/c', '--ft-weight', '0'], 'argument --ft-weight'),
+    'average --ft-weight 1.5': (['average', '--anchor', '{d}/a', '--finetuned', '{d}/b', '--out', '{d}/c', '--ft-weight', '1.5'], 'argument --ft-weight'),
 }
 
 
