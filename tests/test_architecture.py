@@ -17,7 +17,7 @@ ROOMS = {
                 'verify lean_ray',
     'sampling': 'samplers vllm_server remote_samplers sample_job',
     'stages':   'train dpo average_io average sft select eval sample_verify correct conjecture sharpen stop_rule report',
-    'tools':    'arith demo pool setup_lean confirm audit_html',
+    'tools':    'arith demo pool setup_lean confirm_inputs confirm audit_html',
     'run':      'config eta sources markers stage_process inputs step dryrun doctor_checks doctor_node doctor '
                 'driver '
                 'run_command',
