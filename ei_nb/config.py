@@ -9,7 +9,7 @@ from pathlib import Path
 from .core import BadInput, shared_data
 from .cli import say, cell_parameters, notebook_path, _notebook_cell   # the one reader of a parameters cell
 from .eta import ETA_KEYS
-from .layout import RunLayout
+from .layout import RunLayout, portable   # portable: a run folder in strings as {run_dir}
 from .params_check import rule_for
 from .vllm_server import serve_settings
 from .verify import VerifierSettings, backend_names
@@ -18,7 +18,7 @@ from .samplers import DP_FIX, SAMPLER_NAMES
 # %% auto #0
 __all__ = ['VERIFY_WIRING', 'SERVE_WIRING', 'WIRING', 'WIRED', 'OPTIONAL_STAGES', 'SECTIONS', 'DRIVER_KEYS', 'STAGE_DRIVER_KEYS',
            'notebook_parameters', 'flat_parameters', 'group_keys', 'parse_set', 'read_toml', 'load_config', 'expand',
-           'portable', 'resolve_paths', 'verifier_params', 'verify_param', 'served', 'serve_params', 'validate_config']
+           'resolve_paths', 'verifier_params', 'verify_param', 'served', 'serve_params', 'validate_config']
 
 # %% ../nbs/run/config.ipynb #2d393e4f
 VERIFY_WIRING = {'verify': 'verify'}  # the verifier, one dict of `VerifierSettings` keys: the same for every stage that
@@ -270,13 +270,6 @@ def expand(value, run_dir, config_dir):
     subs = {'run_dir': str(run_dir), 'config_dir': str(config_dir), 'python': sys.executable}
     if '{shared}' in value: subs['shared'] = str(shared_data()).rstrip('/')
     return value.format(**subs)
-
-def portable(obj, run_dir):
-    "`obj` with the absolute run folder in strings replaced by `{run_dir}` (for hashes and markers)."
-    root = str(Path(run_dir).resolve())
-    if isinstance(obj, dict): return {k: portable(v, run_dir) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)): return [portable(v, run_dir) for v in obj]
-    return obj.replace(root, '{run_dir}') if isinstance(obj, str) else obj
 
 def resolve_paths(cfg:dict, run_dir:Path, seed_verdicts:str='', baseline_verdicts:str='') -> dict:
     "The `[paths]` of the config expanded and made absolute (`--seed-verdicts`/`--baseline-verdicts` win)."

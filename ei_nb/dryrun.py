@@ -5,7 +5,8 @@
 # %% ../nbs/run/dryrun.ipynb #f443c786
 from __future__ import annotations
 import shlex, sys, textwrap
-from .config import notebook_path, portable
+from .config import notebook_path
+from .layout import portable
 from .vllm_server import server_command, serve_settings
 from .core import read_json
 from .eta import Estimator, hms
