@@ -25,7 +25,8 @@ __all__ = ['ERROR_FIXES', 'VerifierSettings', 'verifier_of', 'register_backend',
 @dataclasses.dataclass
 class VerifierSettings:
     "Everything that configures a verifier; one type for every caller (`from_dict`/`to_dict` for files)."
-    backend:str='none'               # none | repl | lean | server | known | a registered name | 'package.module:factory'
+    # none | repl | lean | server | known | a registered name | 'package.module:factory'
+    backend:str='none'
     project:str|None=None            # Mathlib project directory (repl, lean): `lake env` runs there
     workers:int|None=None            # parallel checks; default: the CPU count
     timeout:float=300                # seconds per proof
@@ -44,13 +45,17 @@ class VerifierSettings:
     stdout_mode:str='auto'           # repl stdout: pty | stdbuf | pipe | auto (pty on Linux), see `Repl`
     margin:float=60                  # server: seconds of HTTP timeout beyond `timeout`
     busy_retries:int=5               # server: rounds of retries after HTTP 429, with exponential back-off
-    statement_check:bool=True        # Lean backends: compare the final theorem's type with the reference statement's (one extra run per problem)
-    replay:bool=True                 # repl, lean: replay what each passing proof added through the kernel (`ei-replay`, verifier/lean_replay)
-    replay_cmd:list|None=None        # the replay tool's command (default `lake env $EI_REPLAY_BIN`, else the tool beside $EI_REPL_BIN's REPL)
+    # Lean backends: compare the final theorem's type with the reference statement's (one extra run per problem)
+    statement_check:bool=True
+    # repl, lean: replay what each passing proof added through the kernel (`ei-replay`, verifier/lean_replay)
+    replay:bool=True
+    # the replay tool's command (default `lake env $EI_REPLAY_BIN`, else the tool beside $EI_REPL_BIN's REPL)
+    replay_cmd:list|None=None
     replay_workers:int|None=None     # replay tool processes; default: one per four workers
     ray_address:str|None=None        # ray: the cluster to join (default $EI_RAY_ADDRESS, $RAY_ADDRESS, else 'auto')
     workers_per_node:int=0           # ray: REPLs per node (0: the node's `lean_workers` resource)
-    max_error_frac:float=0.1         # a run stops when more Lean checks than this end in `error` (`ErrorGuard`; 1: never)
+    # a run stops when more Lean checks than this end in `error` (`ErrorGuard`; 1: never)
+    max_error_frac:float=0.1
     allow_unreplayed:bool=False      # score passes no kernel replay confirmed (server back-end, replay off; issue 36)
     sandbox:bool=dataclasses.field(default_factory=lambda: os.environ.get('EI_UNSANDBOXED') != '1')
                                      # repl, lean: each Lean process in the bubblewrap sandbox (`ei_nb.sandbox`); False:
@@ -71,9 +76,11 @@ class VerifierSettings:
 
     @classmethod
     def from_params(cls, d:dict, where:str='verify') -> 'VerifierSettings':
-        "Settings from a stage's `verify` parameter: as `from_dict`, paths as strings, '' and 0 unset where the default is None."
+        ("Settings from a stage's `verify` parameter: as `from_dict`, paths as strings, '' and 0 unset "
+         "where the default is None.")
         s = cls.from_dict({k: str(v) if isinstance(v, Path) else v for k, v in d.items()}, where)
-        return dataclasses.replace(s, **{f.name: None for f in dataclasses.fields(cls) if f.default is None and not getattr(s, f.name)})
+        unset = {f.name: None for f in dataclasses.fields(cls) if f.default is None and not getattr(s, f.name)}
+        return dataclasses.replace(s, **unset)
 
 def verifier_of(backend:str|None, # none, repl, lean, server, known or package.module:factory; None: no verifier
                 project=None, workers:int|None=None, timeout:float=300, endpoints=None, policy=None, cache_dir=None,
@@ -135,16 +142,20 @@ def _lean_backend(s:VerifierSettings):
     return LeanBackend(s.project, s.lean_cmd, s.mem_mb, s.lean_version, sandbox_of(s))
 
 def _server_backend(s:VerifierSettings):
-    endpoints = s.endpoints or [e.strip() for e in os.environ.get('EI_LEAN_SERVER_ENDPOINTS', '').split(',') if e.strip()]
-    return ServerBackend(endpoints, s.api_key or os.environ.get('EI_LEAN_SERVER_KEY'), s.margin, s.lean_version, s.busy_retries)
+    endpoints = s.endpoints or [e.strip() for e in os.environ.get('EI_LEAN_SERVER_ENDPOINTS', '').split(',')
+                                if e.strip()]
+    return ServerBackend(endpoints, s.api_key or os.environ.get('EI_LEAN_SERVER_KEY'), s.margin, s.lean_version,
+                         s.busy_retries)
 
 def _known_backend(s:VerifierSettings):
-    if not s.known_proofs: raise BadInput('backend known needs --known-proofs FILE (JSON Lines of Lean-accepted proofs)')
+    if not s.known_proofs:
+        raise BadInput('backend known needs --known-proofs FILE (JSON Lines of Lean-accepted proofs)')
     return known_proof_verifier(s.known_proofs, s.policy)
 
 for _n, _f in {'none': lambda s: None, 'repl': _repl_backend, 'lean': _lean_backend, 'server': _server_backend,
                'known': _known_backend}.items(): register_backend(_n, _f)
-register_backend('arith', 'ei_nb.arith:arith_verifier')   # the exact checker of the arith fragment (nbs/tools/arith.ipynb), imported on first use
+# the exact checker of the arith fragment (nbs/tools/arith.ipynb), imported on first use
+register_backend('arith', 'ei_nb.arith:arith_verifier')
 register_backend('ray', 'ei_nb.lean_ray:ray_verifier')   # Lean on a Ray cluster (lean_ray), imported on first use
 
 def backend_names() -> list[str]:

@@ -13,7 +13,7 @@ MAX_MODULE, MAX_FUNCTION, MAX_LINE, MAX_RUNNER_PARAMS = 600, 50, 120, 12
 # The map of CONTRIBUTING.md, bottom up: a module may import its own room and the rooms listed before it.
 ROOMS = {
     'records':  'core lean_lex cli params_check layout prompts tiny rows ckernel jsonl_scan frames near_dup',
-    'verifier': 'lean_tokens lean_commands policy lean_reply sandbox lean_backends lean_replay verifier known_proofs doctor_probes '
+    'verifier': 'lean_tokens lean_commands policy_rules policy lean_reply sandbox lean_backends lean_replay verifier known_proofs doctor_probes '
                 'verify lean_ray',
     'sampling': 'samplers vllm_server remote_samplers sample_job',
     'stages':   'train dpo average_io average sft select eval sample_verify correct conjecture sharpen stop_rule report',
