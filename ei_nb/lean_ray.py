@@ -10,7 +10,7 @@ from .core import BadInput, StageFailed
 from .cli import say
 from .policy import extract_code, load_policy, prepare
 from .lean_reply import HeaderStall, LeanError
-from .lean_backends import lake_executable
+from .lean_backends import ProofLimit, lake_executable
 from .lean_replay import ReplayError, default_replay_bin
 from .verifier import VerdictCache, Verifier
 from .verify import VerifierSettings, make_verifier
@@ -79,6 +79,7 @@ class LeanWorker:
         "The Lean step of one proof, as `Verifier._lean` runs it: `('ok', verdict, reason, extra)`, or the fault."
         try: return ('ok', *self.v._lean(problem, body))
         except (HeaderStall, ReplayError, StageFailed) as e: return ('stop', type(e).__name__, str(e))
+        except ProofLimit as e: return ('limit', e.kind, str(e)[len(e.kind) + 2:])   # the proof's `fail`, uncached
         except LeanError as e: return ('error', str(e)[:500])
         except Exception as e: return ('error', f'internal: {type(e).__name__}: {str(e)[:300]}')
 
@@ -286,6 +287,7 @@ class RayVerifier(Verifier):
         self._count('lean_runs')
         out = self.backend.submit(problem, body).result()
         if out[0] == 'ok': return out[1], out[2], out[3]
+        if out[0] == 'limit': raise ProofLimit(out[1], out[2])   # as the local pool: `fail`, and not cached
         if out[0] == 'stop':
             cls = {'HeaderStall': HeaderStall, 'ReplayError': ReplayError}.get(out[1])
             if cls is None: raise StageFailed(out[2])

@@ -7,6 +7,7 @@ The stand-in logs every start (argv, flags, its pid and its engine's) and every 
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
+from ei_nb.layout import portable
 from tests.driver_common import ENTRY, ENV, copy_run, tagged, _records
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,7 +73,7 @@ def test_each_sampling_stage_starts_and_stops_its_own_server_for_its_model(serve
         assert text.count('# ei: ') == 2 and 'stopped (terminated)' in text          # started once, stopped once
         served.append(str(want))
         detail = head['detail']
-        assert f'serve {want} ' in detail['server']['command'] and '--generation-config vllm' in detail['server']['command']
+        assert f'serve {portable(str(want), run_dir)} ' in detail['server']['command']   # the trail's own path form and '--generation-config vllm' in detail['server']['command']
         assert detail['server']['restarts'] == 0 and detail['sampling']['top_k'] == 0 and detail['sampling']['sampler'] == 'served'
     assert sorted(s['flags']['model_tag'] for s in starts) == sorted(served)     # one server per sampling stage, the right folder
     assert all(s['flags']['generation_config'] == 'vllm' for s in starts)

@@ -169,18 +169,23 @@ def test_ei_verify_finishes_when_the_repl_hangs_on_half_the_proofs(tmp_path, cap
 
 def test_a_stage_finishes_when_the_server_times_out_on_half_the_proofs(canned, tiny_model_dir, tmp_path):
     from ei_nb.eval import eval_cli
-    from ei_nb.sample_job import sampler_options_of
+    from ei_nb.sample_job import SamplerSetup, sampler_options_of
+    from ei_nb.samplers import SampleParams
+    from ei_nb.verify import VerifierSettings
     from ei_nb.sample_verify import run_sample_verify
     probs = _valid(32)
     write_records(tmp_path / 'problems.jsonl', probs, 'problem')
     slow = {p['name'] for p in probs if hangs(f"#print axioms _root_.{p['name']}")}
+    setup = SamplerSetup('served', sampler_options_of('served', serve=SERVE, serve_log=tmp_path / 'vllm.log'),
+                         'completion', 8, 0.5)
     with checker('half') as (url, h):
-        r = eval_cli(_eval_args(tmp_path / 'problems.jsonl', tiny_model_dir, tmp_path / 'eval', url))     # `ei eval`
-        st = run_sample_verify(tmp_path / 'problems.jsonl', tiny_model_dir, tmp_path / 'round', n=1, max_new_tokens=16,
-                               sampler='served', sampler_options=sampler_options_of('served', serve=SERVE,
-                                                                                    serve_log=tmp_path / 'vllm.log'),
-                               verify_backend='server', endpoints=[url], workers=4, prompt_style='completion',
-                               chunk_problems=8, log=lambda *a: None)                             # the round's stage 01
+        # a checking server hands over no environment: its passes are unreplayed, scored only when allowed (issue 36)
+        r = eval_cli(_eval_args(tmp_path / 'problems.jsonl', tiny_model_dir, tmp_path / 'eval', url)
+                     + ['--allow-unreplayed'])                                                         # `ei eval`
+        st = run_sample_verify(tmp_path / 'problems.jsonl', tiny_model_dir, tmp_path / 'round', 1,
+                               SampleParams(n=1, max_new_tokens=16),
+                               VerifierSettings(backend='server', endpoints=[url], workers=4), setup,
+                               log=lambda *a: None)                                               # the round's stage 01
     v = {x['name']: x for x in read_verdicts(tmp_path / 'eval' / 'eval_verdicts.jsonl')}
     assert r['verdict_counts'] == {'pass': 32 - len(slow), 'fail': len(slow)}               # exit 0: no StageFailed
     assert {n for n, x in v.items() if x['verdict'] == 'fail'} == slow
