@@ -35,25 +35,24 @@ P = MINIF2F[N]
 H, S, RING = P['header'], P['formal_statement'], '  ring\n'
 
 
+def _module_before(path:str, name:str):
+    "The module `ei_nb/{path}` as it was at BEFORE (from git), or None without git."
+    try: src = subprocess.run(['git', '-C', str(ROOT), 'show', f'{BEFORE}:ei_nb/{path}'], capture_output=True,
+                              text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError): return None
+    mod = types.ModuleType(f'ei_nb.{name}'); mod.__package__ = 'ei_nb'
+    exec(compile(src, f'{BEFORE}:ei_nb/{path}', 'exec'), mod.__dict__)
+    return mod
+
 @pytest.fixture(scope='module')
 def former():
     "The pre-check at BEFORE (ei_nb/policy.py from git, on today's tokenizer), or None without git."
-    try: src = subprocess.run(['git', '-C', str(ROOT), 'show', f'{BEFORE}:ei_nb/policy.py'], capture_output=True,
-                              text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError): return None
-    mod = types.ModuleType('ei_nb._policy_before_36'); mod.__package__ = 'ei_nb'
-    exec(compile(src, f'{BEFORE}:ei_nb/policy.py', 'exec'), mod.__dict__)
-    return mod
+    return _module_before('policy.py', '_policy_before_36')
 
 @pytest.fixture(scope='module')
 def former_tokens():
     "The tokenizer at BEFORE (ei_nb/lean_tokens.py from git), or None without git."
-    try: src = subprocess.run(['git', '-C', str(ROOT), 'show', f'{BEFORE}:ei_nb/lean_tokens.py'], capture_output=True,
-                              text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError): return None
-    mod = types.ModuleType('ei_nb._tokens_before_36'); mod.__package__ = 'ei_nb'
-    exec(compile(src, f'{BEFORE}:ei_nb/lean_tokens.py', 'exec'), mod.__dict__)
-    return mod
+    return _module_before('lean_tokens.py', '_tokens_before_36')
 
 def former_verdict(former, code):
     try: return former.precheck(code, P)
