@@ -140,7 +140,7 @@ def stats_cli(argv):
     with paused_gc(): return score(verdict_counts(a.verified), a.k)
 
 # %% ../nbs/04_eval.ipynb #7f03e877
-import dataclasses, json, time
+import json, time
 from pathlib import Path
 from .cli import nonneg_int, parser, say, stage_defaults
 from .core import check_output, read_problems, read_samples, read_verdicts, sha256_json
@@ -316,8 +316,7 @@ def eval_cli(argv):
     setup = SamplerSetup(a.backend, sampler_options(a, EvalLayout(Path(a.out_dir)).server_log), a.prompt_style,
                          a.chunk_problems, a.max_prompt_frac)
     return run_eval(problems, a.model, a.out_dir, SampleParams(a.n, a.temperature, a.top_p, a.max_new_tokens, a.seed),
-                    dataclasses.replace(verifier_from_args(a), allow_unreplayed=a.allow_unreplayed),
-                    setup, a.round, a.allow_test_selection, log=say)
+                    verifier_from_args(a), setup, a.round, a.allow_test_selection, log=say)
 
 # %% ../nbs/04_eval.ipynb #16a87e80
 def eval_arm(problems, model_dir, out_dir, # the arm's problems, model and folder
@@ -335,8 +334,7 @@ def eval_arm(problems, model_dir, out_dir, # the arm's problems, model and folde
                                        **take(SampleParams.__dataclass_fields__)})
     verify = verifier_of(verify_backend, s.pop('lean_project', None),
                          **take(('workers', 'timeout', 'endpoints', 'policy', 'cache_dir',
-                                  'known_proofs', 'max_error_frac')))
-    verify = dataclasses.replace(verify, allow_unreplayed=bool(s.pop('allow_unreplayed', False)))
+                                  'known_proofs', 'max_error_frac', 'allow_unreplayed')))
     name, options = s.pop('sampler', d['sampler']), s.pop('sampler_options', None)
     if name == 'served': options = {'serve': s.pop('serve', {}),
                                     'log_path': str(serve_log or EvalLayout(Path(out_dir)).server_log),

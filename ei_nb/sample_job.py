@@ -178,7 +178,7 @@ def verifier_settings(a) -> dict:
 def verifier_from_args(a):
     "The verifier settings of parsed arguments (None without a back-end)."
     return verifier_of(a.verify_backend, a.lean_project, a.workers, a.timeout, a.endpoint, a.policy, a.cache_dir,
-                       getattr(a, 'known_proofs', None), a.max_error_frac)
+                       getattr(a, 'known_proofs', None), a.max_error_frac, getattr(a, 'allow_unreplayed', False))
 
 def sample_parser():
     "`ei sample`'s arguments (defaults: the parameters cell of nbs/01_sample_verify.ipynb)."

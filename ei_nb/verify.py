@@ -84,12 +84,14 @@ class VerifierSettings:
 
 def verifier_of(backend:str|None, # none, repl, lean, server, known or package.module:factory; None: no verifier
                 project=None, workers:int|None=None, timeout:float=300, endpoints=None, policy=None, cache_dir=None,
-                known_proofs=None, max_error_frac:float=0.1) -> VerifierSettings|None:
+                known_proofs=None, max_error_frac:float=0.1,
+                allow_unreplayed:bool=False) -> VerifierSettings|None: # score passes no kernel replay confirmed
     "The settings of the flat options a CLI takes (empty and zero: unset)."
     if backend is None: return None
     return VerifierSettings.from_params(dict(backend=backend, project=project, workers=workers, timeout=timeout,
                                              endpoints=list(endpoints or []), policy=policy, cache_dir=cache_dir,
-                                             known_proofs=known_proofs, max_error_frac=max_error_frac))
+                                             known_proofs=known_proofs, max_error_frac=max_error_frac,
+                                             allow_unreplayed=allow_unreplayed))
 
 _BACKENDS = {}
 
