@@ -11,7 +11,7 @@ from pathlib import Path
 from .core import BadInput, atomic_write_json, read_problems, read_records, sha256_json, write_records
 from .layout import portable, run_root
 from .prompts import PROMPT_STYLES, render_prompt, verifiable_text
-from .verify import VerifierSettings, make_verifier, verifier_of   # verifier_of: here too for older imports
+from .verify import VerifierSettings, limit_counts, make_verifier, verifier_of   # verifier_of: older imports
 
 # %% auto #0
 __all__ = ['DP_FIX', 'SAMPLERS', 'SAMPLER_NAMES', 'SampleParams', 'dataclass_from', 'derive_seed', 'sampling_fields',
@@ -349,11 +349,6 @@ def _timings(t0:float, gen_end:float, gen_s:float, feed, verify_work_s:float) ->
             'verify_work_s': round(verify_work_s, 3), 'tail_s': round(now - gen_end, 3),
             'overlap_efficiency': round(max(gen_s, ver) / wall, 3) if wall > 0 else None}
 
-def _limit_counts(verdicts:dict) -> dict:
-    "How many `fail` verdicts each limit gave (reason `timeout: …` / `memory: …`)."
-    kinds = [(v.get('reason') or '').split(':')[0] for v in verdicts.values() if v['verdict'] == 'fail']
-    return {k: kinds.count(k) for k in ('timeout', 'memory') if k in kinds}
-
 def _summary(problems, kept, dropped, samples:dict, verdicts:dict, n_resumed:int, n_prefilled:int) -> dict:
     m, counts = max(len(samples), 1), {}
     for v in verdicts.values(): counts[v['verdict']] = counts.get(v['verdict'], 0) + 1
@@ -361,7 +356,7 @@ def _summary(problems, kept, dropped, samples:dict, verdicts:dict, n_resumed:int
             'n_samples': len(samples), 'n_generated': len(samples) - n_resumed, 'n_resumed': n_resumed,
             'n_prefilled_problems': n_prefilled, 'n_verdicts': len(verdicts),
             'verdict_counts': dict(sorted(counts.items())),
-            'limit_counts': _limit_counts(verdicts),   # the proofs that ran out of time or memory (fail, issue 34)
+            'limit_counts': limit_counts(verdicts.values()),   # proofs past a time or memory limit (fail)
             'mean_tokens': sum(s['n_tokens'] for s in samples.values()) / m,
             'capped_frac': sum(s['capped'] for s in samples.values()) / m}
 

@@ -18,8 +18,8 @@ from .lean_replay import ReplayPool, default_replay_bin, replay_skipped
 from .known_proofs import known_proof_verifier
 
 # %% auto #0
-__all__ = ['ERROR_FIXES', 'VerifierSettings', 'verifier_of', 'register_backend', 'backend_factory', 'sandbox_of', 'backend_names',
-           'make_verifier', 'lean_checked', 'error_kind', 'ErrorGuard', 'verify_cli']
+__all__ = ['ERROR_FIXES', 'LIMITS', 'VerifierSettings', 'verifier_of', 'register_backend', 'backend_factory', 'sandbox_of',
+           'backend_names', 'make_verifier', 'lean_checked', 'error_kind', 'ErrorGuard', 'limit_counts', 'verify_cli']
 
 # %% ../nbs/verifier/verify.ipynb #5baaaa32
 @dataclasses.dataclass
@@ -268,6 +268,14 @@ class ErrorGuard:
                 + f'. Fix: {fix}. The finished work is kept: rerun the same command after the fix and it resumes '
                 '(verify.max_error_frac = 1 turns this check off).')
 
+# %% ../nbs/verifier/verify.ipynb #a2658f58
+LIMITS = ('timeout', 'memory')   # the checker's limits a proof can run past: its `fail`, never `error`
+
+def limit_counts(verdicts) -> dict:
+    "How many `fail` verdicts each limit gave (reason `timeout: …` / `memory: …`): stage.json, `ei verify`."
+    kinds = Counter((v.get('reason') or '').split(':')[0] for v in verdicts if v['verdict'] == 'fail')
+    return {k: kinds[k] for k in sorted(LIMITS) if kinds[k]}
+
 # %% ../nbs/verifier/verify.ipynb #09054c28
 def _parser():
     p = parser('verify', 'Extract, pre-check and Lean-check completions: one verdict record per sample.')
@@ -334,7 +342,6 @@ def verify_cli(argv:list[str]) -> dict:
     guard.check(final=True)
     write_records(a.out, [done[(s['name'], s['sample_idx'])] for s in samples], kind='verdict')
     say(f'verify: {len(samples)} samples in {time.time()-t0:.1f} s -> {a.out}')
-    limits = Counter(k for r in done.values() if r['verdict'] == 'fail' and (k := (r['reason'] or '').split(':')[0])
-                     in ('timeout', 'memory'))      # a proof past a limit is its `fail`; the guard counts only `error`
+    limits = limit_counts(done.values())   # a proof past a limit is its `fail`; the guard counts only `error`
     return {k: counts[k] for k in ('n', 'pass', 'fail', 'error', 'no_code', 'unchecked')} | (
         {'limits': dict(sorted(limits.items()))} if limits else {})
