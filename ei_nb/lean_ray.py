@@ -10,10 +10,10 @@ from .core import BadInput, StageFailed
 from .cli import say
 from .policy import extract_code, load_policy, prepare
 from .lean_reply import HeaderStall, LeanError
-from .lean_backends import ProofLimit, lake_executable
-from .lean_replay import ReplayError, default_replay_bin
+from .lean_backends import ProofLimit
+from .lean_replay import ReplayError
 from .verifier import VerdictCache, Verifier
-from .verify import VerifierSettings, make_verifier
+from .verify import VerifierSettings, make_verifier, repl_command_of, replay_command_of
 from .doctor_probes import FALSE_PROBLEM, doctor_proofs, row
 
 # %% auto #0
@@ -62,8 +62,7 @@ class LeanWorker:
     "One node's checker: a local `Verifier` over its REPL pool (`make_verifier`, back-end repl), replay included."
     def __init__(self, settings:dict, slots:int):
         s = VerifierSettings.from_dict(settings)
-        repl = s.repl_cmd or [lake_executable(), 'env', os.environ.get('EI_REPL_BIN', 'repl')]   # as verify's repl
-        replay = s.replay_cmd or [lake_executable(), 'env', default_replay_bin()]              # as verify's replay
+        repl, replay = repl_command_of(s), replay_command_of(s)   # found on this node as the local pool finds them
         # in the sandbox (bwrap --die-with-parent, its own PID namespace) nothing outlives the actor; without it, the
         # guard does that (a guard inside bwrap's PID namespace would see no parent and kill itself)
         guard = (lambda cmd: cmd) if s.sandbox else guarded

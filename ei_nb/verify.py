@@ -19,7 +19,8 @@ from .known_proofs import known_proof_verifier
 
 # %% auto #0
 __all__ = ['ERROR_FIXES', 'LIMITS', 'VerifierSettings', 'verifier_of', 'register_backend', 'backend_factory', 'sandbox_of',
-           'backend_names', 'make_verifier', 'lean_checked', 'error_kind', 'ErrorGuard', 'limit_counts', 'verify_cli']
+           'repl_command_of', 'replay_command_of', 'backend_names', 'make_verifier', 'lean_checked', 'error_kind',
+           'ErrorGuard', 'limit_counts', 'verify_cli']
 
 # %% ../nbs/verifier/verify.ipynb #5baaaa32
 @dataclasses.dataclass
@@ -132,11 +133,17 @@ def sandbox_of(s:VerifierSettings) -> Sandbox|None:
     except Exception as e: raise StageFailed(f'verify: {e}') from None
     return Sandbox()
 
+def repl_command_of(s:VerifierSettings) -> list:
+    "The REPL command: the settings', else `lake env $EI_REPL_BIN` (`lake_executable` finds lake)."
+    return s.repl_cmd or [lake_executable(), 'env', os.environ.get('EI_REPL_BIN', 'repl')]
+
+def replay_command_of(s:VerifierSettings) -> list:
+    "The replay tool's command: the settings', else `lake env` the tool (`lean_replay.default_replay_bin`)."
+    return s.replay_cmd or [lake_executable(), 'env', default_replay_bin()]
+
 def _repl_backend(s:VerifierSettings):
     _needs_project(s)
-    # lake: paths.lake, $ELAN_HOME/bin, ~/.elan/bin, PATH
-    cmd = s.repl_cmd or [lake_executable(), 'env', os.environ.get('EI_REPL_BIN', 'repl')]
-    return ReplPool(cmd, s.project, s.workers or os.cpu_count() or 1, s.mem_mb, s.max_uses,
+    return ReplPool(repl_command_of(s), s.project, s.workers or os.cpu_count() or 1, s.mem_mb, s.max_uses,
                     s.header_timeout or max(600, s.timeout), s.max_reply, s.lean_version, s.stdout_mode, sandbox_of(s))
 
 def _lean_backend(s:VerifierSettings):
@@ -205,7 +212,7 @@ def _replay_pool(s:VerifierSettings, backend, policy:dict, pickles=None) -> Repl
     if why := replay_skipped(policy): say(f'verify: {why}'); return None
     workers = s.replay_workers or max(1, math.ceil((s.workers or os.cpu_count() or 1) / 4))
     box = sandbox_of(s) if getattr(backend, 'sandbox', None) is not None else None
-    return ReplayPool(s.replay_cmd or [lake_executable(), 'env', default_replay_bin()], s.project, workers, s.mem_mb,
+    return ReplayPool(replay_command_of(s), s.project, workers, s.mem_mb,
                       first_timeout=s.header_timeout or max(600, s.timeout),
                       sandbox=Sandbox(ro=(pickles,)) if box and pickles else box)   # it reads the files there
 
