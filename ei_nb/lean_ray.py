@@ -76,11 +76,16 @@ class LeanWorker:
 
     def check(self, problem:dict, body:str) -> tuple:
         "The Lean step of one proof, as `Verifier._lean` runs it: `('ok', verdict, reason, extra)`, or the fault."
-        try: return ('ok', *self.v._lean(problem, body))
-        except (HeaderStall, ReplayError, StageFailed) as e: return ('stop', type(e).__name__, str(e))
-        except ProofLimit as e: return ('limit', e.kind, str(e)[len(e.kind) + 2:])   # the proof's `fail`, uncached
-        except LeanError as e: return ('error', str(e)[:500])
-        except Exception as e: return ('error', f'internal: {type(e).__name__}: {str(e)[:300]}')
+        for last in (False, True):
+            try: return ('ok', *self.v._lean(problem, body))
+            except (HeaderStall, ReplayError, StageFailed) as e: return ('stop', type(e).__name__, str(e))
+            except ProofLimit as e:
+                # a REPL killed outright may be this node going down (its proofs then go to another node), not
+                # the proof: a memory death counts as the proof's `fail` (uncached) once a fresh REPL repeats it
+                if e.kind == 'memory' and not last: continue
+                return ('limit', e.kind, str(e)[len(e.kind) + 2:])
+            except LeanError as e: return ('error', str(e)[:500])
+            except Exception as e: return ('error', f'internal: {type(e).__name__}: {str(e)[:300]}')
 
     def close(self) -> bool:
         self.v.close(); return True
