@@ -28,6 +28,7 @@ COMMANDS = {
     'mcnemar':  ('ei_nb.report:mcnemar_cli',       'exact McNemar test of two verdict files (06_report)'),
     'run':      ('ei_nb.run_command:run_cli',      'run expert-iteration rounds with papermill'),
     'confirm':  ('ei_nb.confirm:confirm_cli',      'pre-registered confirmatory test evaluation'),
+    'sweep':    ('ei_nb.sweep:sweep_cli',          'K seeds x arms of a config, round-matched: table and figure'),
     'tiny':     ('ei_nb.tiny:tiny_cli',            'build a tiny random Qwen3 model for CPU demos and tests'),
     'setup-lean': ('ei_nb.setup_lean:setup_lean_cli',
                    'install or check Lean 4.9.0-rc1, the reference Mathlib and the REPL'),

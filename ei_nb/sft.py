@@ -16,11 +16,11 @@ from .cli import parser, say, positive_int, nonneg_int
 from .core import check_output, StageFailed
 
 # %% auto #0
-__all__ = ['RANKS', 'RANK_BY', 'protected_key', 'read_protected', 'protected_index', 'protected_match', 'is_protected',
-           'rank_passes', 'select_proofs', 'measure_passes', 'add_capped_rows', 'sft_row', 'logprob_table',
-           'rank_logprob', 'group_logprobs', 'with_logprobs', 'group_ranks', 'rank_factor', 'group_advantages',
-           'kept_weights', 'lever_fields', 'sample_groups', 'build_sft_rows', 'demo_sft_inputs', 'sft_data_cli',
-           'check_rows_not_protected']
+__all__ = ['RANKS', 'RANK_BY', 'CONTROLS', 'protected_key', 'read_protected', 'protected_index', 'protected_match',
+           'is_protected', 'rank_passes', 'select_proofs', 'measure_passes', 'add_capped_rows', 'sft_row',
+           'logprob_table', 'rank_logprob', 'group_logprobs', 'with_logprobs', 'group_ranks', 'rank_factor',
+           'group_advantages', 'kept_weights', 'lever_fields', 'sample_groups', 'build_sft_rows', 'well_formed',
+           'unverified_verdicts', 'warm_more_rows', 'demo_sft_inputs', 'sft_data_cli', 'check_rows_not_protected']
 
 # %% ../nbs/02_sft.ipynb #03301c8d
 _THM = re.compile(r'(?m)^[ \t]*(?:@\[[^\]]*\]\s*)?(?:private\s+|protected\s+)?(?:theorem|lemma)\s')
@@ -279,6 +279,34 @@ def build_sft_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
              'dropped_over_cap': status['over_cap'], 'dropped_protected': st['dropped_protected'],
              'pass_samples': sum(status.values())} | ({'dropped_zero_weight': status['zero_weight']} if lever else {})
     return rows, stats | {'candidates': cands}
+
+# %% ../nbs/02_sft.ipynb #f67e2298
+CONTROLS = ('', 'unverified', 'warm_more')
+
+def well_formed(sample:dict, verdict:dict) -> bool:
+    "The model ended the sample and the checker judged it as a proof (a pass, or Lean's error on it)."
+    return not sample.get('capped') and (verdict['verdict'] == 'pass'
+                                         or (verdict.get('reason') or '').startswith('lean error: '))
+
+def unverified_verdicts(samples:list[dict], verdicts:list[dict]) -> tuple[list[dict], set[str]]:
+    """The `unverified` control's verdicts: every well-formed sample a pass (the checker's verdict kept as `checked`);
+    and the problems every sample of which the checker passed, which the keep rules drop as already solved."""
+    by_key = {(s['name'], s['sample_idx']): s for s in samples}
+    out = [v | {'verdict': 'pass', 'checked': v['verdict']} if well_formed(by_key[v['name'], v['sample_idx']], v)
+           else v | {'checked': v['verdict']} for v in verdicts]
+    n, passed = Counter(s['name'] for s in samples), Counter(v['name'] for v in verdicts if v['verdict'] == 'pass')
+    return out, {k for k, m in n.items() if passed[k] == m}
+
+# %% ../nbs/02_sft.ipynb #539a5911
+def warm_more_rows(warm:list[dict], # the warm-start rows (the demo stage's `warm_rows.jsonl`)
+                   k:int, # how many rows the keep rules chose this round
+                   seed:int, round_idx:int) -> list[dict]:
+    "The `warm_more` control's rows: `k` warm-start rows, a seeded draw without repeats until every row is used."
+    if not warm: raise BadInput('control warm_more: the warm-start rows are empty')
+    rng, out = random.Random(f'{seed}:{round_idx}:warm_more'), []
+    while len(out) < k:
+        out += rng.sample(warm, min(len(warm), k - len(out)))
+    return [r | {'round': round_idx, 'control': 'warm_more'} for r in out]
 
 # %% ../nbs/02_sft.ipynb #76e142e9
 def demo_sft_inputs(out_dir, # folder for problems.jsonl, samples.jsonl, verdicts.jsonl

@@ -105,6 +105,7 @@ class Sources:
             'eval_dir': lambda: R.eval_dir, 'sft_rows': lambda: R.sft_rows, 'sft_logprobs': lambda: R.sft_logprobs,
             'correction_rows': lambda: R.correction_rows if self.runs('01c_correct') else '',
             'conjecture_rows': lambda: R.conjecture_rows if conj else '',
+            'warm_rows': lambda: L.demo/'warm_rows.jsonl',   # the demo stage's warm-start rows (control warm_more)
             # the freshest proofs: the seeds
             'latest_verdicts': lambda: L.round(rnd - 1).verdicts if rnd >= 2 else self.measurement_in(1),
             'earlier_conjectures': lambda: [L.round(k).conjectures for k in range(1, rnd)],

@@ -19,7 +19,7 @@ ROOMS = {
     'stages':   'train dpo average_io average sft select eval sample_verify correct conjecture sharpen stop_rule report',
     'tools':    'arith demo pool setup_lean confirm_inputs confirm audit_html',
     'run':      'config eta sources markers stage_process inputs step dryrun doctor_checks doctor_node doctor '
-                'driver '
+                'driver sweep '
                 'run_command',
 }
 ROOM_OF = {m: r for r, ms in ROOMS.items() for m in ms.split()}
