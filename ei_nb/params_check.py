@@ -56,7 +56,9 @@ RULES = {
     'average': {'ft_weight': UNIT, 'threads': COUNT},  # ft_weight 0 keeps the anchor bit for bit (a null-learning
                                                        # control)
     'eval': _SAMPLING,
-    'stop_rule': {'regress': COUNT, 'plateau_gain': NONNEG_INT},
+    # plateau_gain below 0 is allowed: at -N (N the scored set's size) the plateau never fires (`ei sweep`'s
+    # round-matched runs)
+    'stop_rule': {'regress': COUNT, 'plateau_gain': integer(-1_000_000)},
     'report': {'alpha': INSIDE_UNIT, 'p_disc_assumed': OPEN_UNIT},
     'eta': {'f_code': OPEN_UNIT, 'sft_efficiency': OPEN_UNIT},
 }

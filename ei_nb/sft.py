@@ -20,7 +20,7 @@ __all__ = ['RANKS', 'RANK_BY', 'CONTROLS', 'protected_key', 'read_protected', 'p
            'is_protected', 'rank_passes', 'select_proofs', 'measure_passes', 'add_capped_rows', 'sft_row',
            'logprob_table', 'rank_logprob', 'group_logprobs', 'with_logprobs', 'group_ranks', 'rank_factor',
            'group_advantages', 'kept_weights', 'lever_fields', 'sample_groups', 'build_sft_rows', 'well_formed',
-           'unverified_verdicts', 'warm_more_rows', 'demo_sft_inputs', 'sft_data_cli', 'check_rows_not_protected']
+           'unverified_verdicts', 'control_rows', 'demo_sft_inputs', 'sft_data_cli', 'check_rows_not_protected']
 
 # %% ../nbs/02_sft.ipynb #03301c8d
 _THM = re.compile(r'(?m)^[ \t]*(?:@\[[^\]]*\]\s*)?(?:private\s+|protected\s+)?(?:theorem|lemma)\s')
@@ -256,6 +256,8 @@ def build_sft_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
                                          # weighs 1)
                    rank_by:str='mean',  # the lever ranks by the per-token `mean` log-prob (the paper's trainer) or the
                                         # `sum`
+                   drop_all_solved:bool=True, # drop problems every sample of which passed (the `unverified` control judges
+                                              # that on the checker's verdicts itself)
                   ) -> tuple[list[dict], dict]:
     "SFT rows by the keep rules, and stats (counts, and every pass with its length and fate in `candidates`)."
     tok, lever = load_tokenizer(tokenizer), rank == 'unlikely' or beta_rank != 0
@@ -267,7 +269,7 @@ def build_sft_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
     for p in problems:
         if not (ps := passes.get(p['name'])): continue
         if is_protected(p, index): st['dropped_protected'] += 1; continue
-        solved_all = len(ps) == n[p['name']]
+        solved_all = drop_all_solved and len(ps) == n[p['name']]
         st['dropped_all_solved'] += solved_all
         group = group_logprobs(p['name'], groups[p['name']], logprobs) if lever and not solved_all else None
         got, cs = _problem_rows(p, ps, tok, style, round_idx, solved_all, (max_per_problem, rank, max_tokens), group,
@@ -298,15 +300,15 @@ def unverified_verdicts(samples:list[dict], verdicts:list[dict]) -> tuple[list[d
     return out, {k for k, m in n.items() if passed[k] == m}
 
 # %% ../nbs/02_sft.ipynb #539a5911
-def warm_more_rows(warm:list[dict], # the warm-start rows (the demo stage's `warm_rows.jsonl`)
-                   k:int, # how many rows the keep rules chose this round
-                   seed:int, round_idx:int) -> list[dict]:
-    "The `warm_more` control's rows: `k` warm-start rows, a seeded draw without repeats until every row is used."
-    if not warm: raise BadInput('control warm_more: the warm-start rows are empty')
-    rng, out = random.Random(f'{seed}:{round_idx}:warm_more'), []
+def control_rows(candidates:list[dict], # the rows the control draws from
+                 k:int, # how many rows the keep rules chose from the verified samples this round
+                 seed:int, round_idx:int, control:str) -> list[dict]:
+    "A control arm's rows: `k` of `candidates`, a seeded draw without repeats until every candidate is used."
+    if not candidates: raise BadInput(f'control {control}: nothing to draw rows from')
+    rng, out = random.Random(f'{seed}:{round_idx}:{control}'), []
     while len(out) < k:
-        out += rng.sample(warm, min(len(warm), k - len(out)))
-    return [r | {'round': round_idx, 'control': 'warm_more'} for r in out]
+        out += rng.sample(candidates, min(len(candidates), k - len(out)))
+    return [r | {'round': round_idx, 'control': control} for r in out]
 
 # %% ../nbs/02_sft.ipynb #76e142e9
 def demo_sft_inputs(out_dir, # folder for problems.jsonl, samples.jsonl, verdicts.jsonl
