@@ -6,15 +6,18 @@
 from __future__ import annotations
 import random, re
 from pathlib import Path
-from .core import BadInput, shared_data, read_problems, theorem_name
+from .core import BadInput, shared_data, read_problems, statement_key, theorem_name
+from .near_dup import key_digest, structural_key
+from .select import decontaminate, protected_index
 from .tiny import CHAT_TEMPLATE, SPECIAL_TOKENS, lean_corpus, tiny_config
 from .prompts import render_prompt
 
 # %% auto #0
 __all__ = ['ARITH_HEADER', 'OP_NAMES', 'SOURCE', 'SPLITS', 'GRAMMAR', 'UNSOLVED_FALSE', 'AXIOMS', 'arith_statement',
-           'arith_problem', 'parse_grade', 'grade_of', 'grade_size', 'draw_operand', 'draw_grade', 'arith_sets',
-           'OutsideFragment', 'evaluate', 'parse_statement', 'outside_grammar', 'judge_proof', 'ArithBackend',
-           'ArithVerifier', 'arith_verifier', 'arith_proof', 'arith_tokenizer', 'build_arith_model', 'warm_rows']
+           'arith_problem', 'parse_grade', 'grade_of', 'grade_size', 'near_duplicate', 'draw_operand', 'draw_grade',
+           'arith_sets', 'OutsideFragment', 'evaluate', 'parse_statement', 'outside_grammar', 'judge_proof',
+           'ArithBackend', 'ArithVerifier', 'arith_verifier', 'arith_proof', 'arith_tokenizer', 'build_arith_model',
+           'warm_rows']
 
 # %% ../nbs/tools/arith.ipynb #b42bb13a
 ARITH_HEADER = ('import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 0\n\n'
@@ -60,40 +63,62 @@ def grade_size(grade:str) -> int:
     return n(d1) * n(d2)
 
 # %% ../nbs/tools/arith.ipynb #76edd597
+def near_duplicate(problem:dict, index:tuple) -> bool:
+    """Whether `problem` is protected under `index` (`ei_nb.select.protected_index`): its name, its statement key or its
+    structural key (commuted sums, renamed binders: `ei_nb.near_dup`), the test 00_select applies to the pool."""
+    s = problem['formal_statement']
+    return problem['name'] in index[0] or statement_key(s) in index[1] or key_digest(structural_key(s)) in index[2]
+
 def draw_operand(rng:random.Random, digits:int) -> int:
     "A number with exactly `digits` digits (one digit: 0 to 9)."
     return rng.randrange(10) if digits == 1 else rng.randrange(10 ** (digits - 1), 10 ** digits)
 
-def draw_grade(rng:random.Random, grade:str, k:int, taken:set, split:str, seed:int) -> list[dict]:
-    "`k` distinct problems of `grade` whose names are not in `taken` (which gains them)."
+def draw_grade(rng:random.Random, grade:str, k:int, taken:set, split:str, seed:int,
+               index:tuple|None=None, # `ei_nb.select.protected_index` of problems it must not near-duplicate
+              ) -> list[dict]:
+    "`k` distinct problems of `grade`, names not in `taken` (which gains them), none a near-duplicate in `index`."
     d1, op, d2 = parse_grade(grade)
     if not 0 <= k <= grade_size(grade): raise BadInput(f'grade {grade}: {k} problems asked, it has {grade_size(grade)}')
     out, tries = [], 0
     while len(out) < k:
         tries += 1
-        if tries > 50 * k + 1000: raise BadInput(f'grade {grade}: cannot draw {k} problems not already taken')
+        if tries > 50 * k + 1000:
+            raise BadInput(f'grade {grade}: cannot draw {k} problems not already taken and not near-duplicates '
+                           '(such as the commuted twin) of a held-out problem')
         p = arith_problem([draw_operand(rng, d1), draw_operand(rng, d2)], op, split, seed)
-        if p['name'] not in taken: taken.add(p['name']); out.append(p)
+        if p['name'] not in taken and not (index and near_duplicate(p, index)): taken.add(p['name']); out.append(p)
     return out
 
 # %% ../nbs/tools/arith.ipynb #ebd7aaba
-SPLITS = {'scored': 'valid', 'pool': 'train', 'warm': 'train'}
+SPLITS = {'scored': 'valid', 'pool': 'train', 'warm': 'train', 'test': 'test'}
 
-def arith_sets(seed:int, # one seed fixes all three sets
+def arith_sets(seed:int, # one seed fixes all four sets
                scored:dict, # grade -> problems of the scored set (held out, split `valid`)
                pool:dict, # grade -> problems of the pool (split `train`)
                warm:dict, # grade -> problems of the warm-start set (the easy end; split `train`)
+               test:dict|None=None, # grade -> problems of the test set (held out for the confirmation, split `test`)
               ) -> dict[str, list[dict]]:
-    "The scored set, the pool and the warm-start set: seeded, deterministic, disjoint by name and statement."
+    """The scored set, the pool, the warm-start set and the test set, drawn in that order from one seed: deterministic,
+    disjoint by name, and no pool or warm problem a near-duplicate (`near_duplicate`) of a scored one, no test problem
+    a near-duplicate of any problem drawn before it."""
+    test = test or {}
     asked = {}
-    for grades in (scored, pool, warm):
+    for grades in (scored, pool, warm, test):
         for g, k in grades.items(): asked[g] = asked.get(g, 0) + k
     if over := [g for g, k in asked.items() if k > grade_size(g)]:
-        raise BadInput(f'grade {over[0]}: {asked[over[0]]} problems asked across scored, pool and warm; '
+        raise BadInput(f'grade {over[0]}: {asked[over[0]]} problems asked across scored, pool, warm and test; '
                        f'it has {grade_size(over[0])}')
     rng, taken, out = random.Random(seed), set(), {}
-    for kind, grades in (('scored', scored), ('pool', pool), ('warm', warm)):
-        out[kind] = [p for g in sorted(grades) for p in draw_grade(rng, g, grades[g], taken, SPLITS[kind], seed)]
+    draw = lambda kind, grades, index: [p for g in sorted(grades)
+                                        for p in draw_grade(rng, g, grades[g], taken, SPLITS[kind], seed, index)]
+    out['scored'] = draw('scored', scored, None)
+    held = protected_index(out['scored'])
+    out['pool'], out['warm'] = draw('pool', pool, held), draw('warm', warm, held)
+    out['test'] = draw('test', test, protected_index(out['scored'] + out['pool'] + out['warm']))
+    for kind, against in (('pool', 'scored'), ('warm', 'scored'), ('test', 'others')):
+        others = out['scored'] if against == 'scored' else out['scored'] + out['pool'] + out['warm']
+        if leaked := decontaminate(out[kind], others)[1]:   # 00_select's own check agrees with the draw
+            raise BadInput(f'arith_sets: {kind} problem {leaked[0]["name"]!r} is a near-duplicate of a {against} one')
     return out
 
 # %% ../nbs/tools/arith.ipynb #dd3d9c83

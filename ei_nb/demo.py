@@ -6,7 +6,8 @@
 from __future__ import annotations
 import json, os, shutil
 from pathlib import Path
-from .arith import arith_sets, build_arith_model
+from .arith import arith_sets, build_arith_model, near_duplicate
+from .select import decontaminate, protected_index
 from .core import (BadInput, atomic_write_json, iter_jsonl, read_problems, read_records, shared_data, statement_key,
                         write_records)
 from .known_proofs import _workbook_rows, known_good_proofs, mask_comments, split_lean_file
@@ -16,7 +17,7 @@ from .train import train_lora
 
 # %% auto #0
 __all__ = ['DEMO_NOTICE', 'BAD_VALID', 'ARITH_NOTICE', 'workbook_problems', 'goedel_v2_test_problems', 'build_demo_data',
-           'warm_rows', 'warm_start', 'build_arith_data', 'arith_warm_start']
+           'warm_rows', 'warm_start', 'refuse_leaks', 'build_arith_data', 'arith_warm_start']
 
 # %% ../nbs/demo.ipynb #2c3241c0
 DEMO_NOTICE = ('DEMO VERIFICATION, NO LEAN: a proof passes only if it is byte-identical, after whitespace '
@@ -113,12 +114,25 @@ ARITH_NOTICE = ('ARITH DEMO, EXACT CHECKER, NO LEAN: the problems are Lean theor
                 'fragment. The model is a tiny Qwen3 warm-started on the easy end only: what it gains in the rounds it '
                 'learns from its own verified proofs.')
 
-def build_arith_data(out_dir, # folder for pool.jsonl, scored.jsonl and warm.jsonl
+def refuse_leaks(warm:list[dict], # the warm-start set
+                 held:list[dict], # the held-out problems: the scored set and the test set
+                ):
+    """`BadInput` naming the first warm-start problem that 00_select's protected near-duplicate check
+    (`ei_nb.select.decontaminate`) flags against `held`, and the held-out problem it twins."""
+    if not (leaked := decontaminate(warm, held)[1]): return
+    p = leaked[0]
+    twin = next((q['name'] for q in held if near_duplicate(p, protected_index([q]))), '?')
+    raise BadInput(f'warm-start problem {p["name"]!r} is a protected near-duplicate of the held-out problem {twin!r} '
+                   f'({len(leaked)} warm-start problems leak): the warm start would train on a held-out problem')
+
+def build_arith_data(out_dir, # folder for pool.jsonl, scored.jsonl, warm.jsonl and test.jsonl
                      seed:int, scored:dict, pool:dict, warm:dict, # `ei_nb.arith.arith_sets`: grade -> problems
+                     test:dict|None=None, # grade -> problems of the test set (written, never read by a run)
                     ) -> dict:
-    "Write the arith demo's problem files; return their paths and the three sets."
-    sets = arith_sets(seed, scored, pool, warm)
-    paths = {k: Path(out_dir)/f'{k}.jsonl' for k in ('pool', 'scored', 'warm')}
+    "Write the arith demo's problem files; return their paths and the four sets."
+    sets = arith_sets(seed, scored, pool, warm, test)
+    refuse_leaks(sets['warm'], sets['scored'] + sets['test'])
+    paths = {k: Path(out_dir)/f'{k}.jsonl' for k in ('pool', 'scored', 'warm', 'test')}
     for k, path in paths.items(): write_records(path, sets[k], 'problem')
     return {'paths': paths, **sets}
 

@@ -7,8 +7,8 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ei_nb.arith import (ARITH_HEADER, OutsideFragment, arith_problem, arith_sets, arith_verifier, grade_of, grade_size, parse_grade,
-                         parse_statement)
+from ei_nb.arith import (ARITH_HEADER, SPLITS, OutsideFragment, arith_problem, arith_sets, arith_verifier, grade_of,
+                         grade_size, parse_grade, parse_statement)
 from ei_nb.core import BadInput, read_problems, shared_data
 from ei_nb.lean_reply import statement_probe
 
@@ -88,25 +88,38 @@ def test_every_minif2f_statement_is_refused(verifier):
 @SETTINGS
 @given(st.integers(0, 10**6), st.dictionaries(st.sampled_from(['1+1', '2+1', '2+2', '3+2', '2*1']), st.integers(0, 40), max_size=3),
        st.dictionaries(st.sampled_from(['1+1', '2+1', '2+2', '3+3']), st.integers(0, 40), max_size=3),
-       st.dictionaries(st.sampled_from(['1+1', '1+2', '2*1']), st.integers(0, 30), max_size=2))
-def test_sets_are_seeded_disjoint_and_graded(seed, scored, pool, warm):
-    asked = {g: scored.get(g, 0) + pool.get(g, 0) + warm.get(g, 0) for g in {**scored, **pool, **warm}}
+       st.dictionaries(st.sampled_from(['1+1', '1+2', '2*1']), st.integers(0, 30), max_size=2),
+       st.dictionaries(st.sampled_from(['1+1', '2+2']), st.integers(0, 20), max_size=2))
+def test_sets_are_seeded_disjoint_and_graded(seed, scored, pool, warm, test):
+    every = (scored, pool, warm, test)
+    asked = {g: sum(x.get(g, 0) for x in every) for g in {k for x in every for k in x}}
     if any(k > grade_size(g) for g, k in asked.items()):   # e.g. 101 one-digit sums: refused up front, by grade
-        with pytest.raises(BadInput, match='problems asked across scored, pool and warm'): arith_sets(seed, scored, pool, warm)
+        with pytest.raises(BadInput, match='problems asked across scored, pool, warm and test'):
+            arith_sets(seed, scored, pool, warm, test)
         return
-    sets = arith_sets(seed, scored, pool, warm)
-    assert sets == arith_sets(seed, scored, pool, warm)
+    try: sets = arith_sets(seed, scored, pool, warm, test)
+    except BadInput as e:   # the commuted twins of held-out sums are barred: a small grade can run out of problems
+        g = str(e).split()[1].rstrip(':')
+        assert 'cannot draw' in str(e) and 2 * asked[g] > grade_size(g), (e, asked)
+        return
+    assert sets == arith_sets(seed, scored, pool, warm, test)
     names = [p['name'] for v in sets.values() for p in v]
     assert len(names) == len(set(names))
     assert len({p['formal_statement'] for v in sets.values() for p in v}) == len(names)
-    for kind, grades in (('scored', scored), ('pool', pool), ('warm', warm)):
+    for kind, grades in (('scored', scored), ('pool', pool), ('warm', warm), ('test', test)):
         got = {}
         for p in sets[kind]:
             _, expr, _ = parse_statement(p)
             op = '*' if '*' in expr else '+'
             got[grade_of([int(x) for x in expr.split(op)], op)] = got.get(grade_of([int(x) for x in expr.split(op)], op), 0) + 1
         assert got == {g: k for g, k in grades.items() if k}
-        assert {p['split'] for p in sets[kind]} <= {'scored': {'valid'}, 'pool': {'train'}, 'warm': {'train'}}[kind]
+        assert {p['split'] for p in sets[kind]} == ({SPLITS[kind]} if sets[kind] else set())
+    # no training problem is a sum of a held-out one reordered (independently of ei_nb.near_dup)
+    op_of = lambda e: '*' if '*' in e else '+'
+    bag = lambda ps: {(op_of(e), *sorted(int(x) for x in e.split(op_of(e))))
+                      for e in (parse_statement(p)[1] for p in ps)}
+    assert not bag(sets['pool'] + sets['warm']) & bag(sets['scored'])
+    assert not bag(sets['test']) & bag(sets['scored'] + sets['pool'] + sets['warm'])
 
 
 def test_statement_check_and_probe_run_on_this_backend():
@@ -155,13 +168,16 @@ def test_conjectures_outside_the_fragment_are_rejected_by_the_checker_not_a_cras
 
 
 def test_doctor_needs_no_protected_set_for_the_arith_checker():
-    "The learning demo sets no protected files: with the arith back-end that is OK (it refuses miniF2F by name); with another it is a FAIL."
+    """Without protected files the arith back-end is OK (it refuses miniF2F by name), another is a FAIL; the learning
+    demo protects its own test set, a file its demo stage writes."""
     import copy
     from pathlib import Path
     from ei_nb.config import load_config
     from ei_nb.doctor import Context, check_problems
     cfg = load_config(Path(__file__).resolve().parents[1]/'configs'/'demo_learn.toml')
     row = lambda c: next(r for r in check_problems(Context(c, '/tmp/ei_doctor_arith')) if r['check'] == 'protected')
-    assert row(cfg)['status'] == 'OK' and 'arith checker refuses' in row(cfg)['detail']
-    other = copy.deepcopy(cfg); other['verify']['backend'] = 'known'
+    assert row(cfg)['status'] == 'OK' and 'test.jsonl: written by the demo stage' in row(cfg)['detail'], row(cfg)
+    bare = copy.deepcopy(cfg); bare['paths']['protected'] = []
+    assert row(bare)['status'] == 'OK' and 'arith checker refuses' in row(bare)['detail']
+    other = copy.deepcopy(bare); other['verify']['backend'] = 'known'
     assert row(other)['status'] == 'FAIL', row(other)
