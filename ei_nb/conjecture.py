@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from .core import (SFT_MAX_TOKENS, BadInput, StageFailed, check_record, normalize_ws, read_problems, read_samples,
-                        read_verdicts, iter_jsonl, statement_key, write_records)
+                        read_verdicts, iter_jsonl, sha256_json, statement_key, write_records)
 from .lean_lex import code_only, labels
 from .prompts import render_prompt
 from .layout import RoundLayout, stage_numbers
@@ -19,7 +19,6 @@ from .sft import (add_capped_rows, build_sft_rows, sft_row, is_protected, protec
                        protected_match)
 from .policy import split_code, precheck
 from .lean_reply import HeaderStall, LeanError
-from .core import sha256_json
 from .samplers import SampleParams, dataclass_from, open_verifier
 from .sample_job import SamplerSetup
 from .remote_samplers import open_sampler
@@ -31,9 +30,9 @@ __all__ = ['LEMMA_TACTICS', 'LEMMA_FREE', 'LEMMA_FREE_STATEMENT', 'LEMMA_MARK', 
            'proof_lemmas', 'header_opens', 'uses_lemma', 'seed_proofs', 'seed_code', 'choose_pairs', 'conjecture_block',
            'conjecture_prompt', 'lemma_free_prompt', 'prompt_problem', 'parse_conjecture', 'rename_theorem',
            'conjecture_name', 'conjecture_problem', 'precheck_statement', 'check_candidates', 'elaborate',
-           'lemma_statements', 'proof_length', 'select_conjectures', 'conjecture_rows', 'conjecture_proof_rows',
-           'add_conjecture_rows', 'conjectures_per_prompt', 'cap_accepted', 'ConjectureRules', 'run_conjecture',
-           'conjecture_counts']
+           'lemma_statements', 'proof_length', 'select_conjectures', 'conjecture_rows', 'warm_conjecture_rows',
+           'conjecture_proof_rows', 'add_conjecture_rows', 'conjectures_per_prompt', 'cap_accepted', 'ConjectureRules',
+           'run_conjecture', 'conjecture_counts']
 
 # %% ../nbs/00b_conjecture.ipynb #5ed676af
 LEMMA_TACTICS = frozenset('''norm_num norm_num1 field_simp ring_nf ring1_nf simp_all simp_arith simp_rw simp_intro
@@ -187,8 +186,7 @@ def prompt_problem(seed:dict, lemma:str, lemma_statement:str, idx:int, round_idx
     p = seed['problem']
     return {'name': f'cprompt_r{round_idx:02d}_{idx:04d}', 'split': 'conjecture_prompt', 'header': p['header'],
             'formal_statement': p['formal_statement'], 'seed': p['name'], 'lemma': lemma,
-            'lemma_statement': lemma_statement,
-            'seed_code': seed['code'],
+            'lemma_statement': lemma_statement, 'seed_code': seed['code'],
             'turn_prompt': conjecture_prompt(p['header'], lemma_statement, seed['code'], tokenizer, style)}
 
 # %% ../nbs/00b_conjecture.ipynb #128c4074
@@ -261,8 +259,7 @@ def check_candidates(gens:list[dict], # generation samples (`name` = prompt name
 
 # %% ../nbs/00b_conjecture.ipynb #d6ea50e9
 EASY_TACTICS = 'first | (norm_num; done) | (simp; done) | decide'
-EASY_HEARTBEATS = 20000  # Lean's own deterministic budget for the bundle: it stops there with an error, no process is
-                         # killed
+EASY_HEARTBEATS = 20000  # Lean's own deterministic budget for the bundle: an error there, no process killed
 
 def _lean_errors(reply) -> str|None:
     "The first error of a Lean reply (or why the reply is no answer), None when it has none."
@@ -291,10 +288,9 @@ def elaborate(problem:dict, # a conjecture problem record
         except LeanError as e:
             if isinstance(e, HeaderStall): raise
             return 'accepted', None                                # not closed within the deadline: not too easy
-    except HeaderStall as e: raise StageFailed(f'verifier: {e}') from None  # Lean itself is broken: no verdict on the
-                                                                            # conjecture
-    sorry = any('sorry' in str(m.get('data', '')) for m in reply.get('messages',
-                                                                     []) if isinstance(m, dict)) or reply.get('sorries')
+    except HeaderStall as e: raise StageFailed(f'verifier: {e}') from None  # Lean itself is broken: no verdict
+    msgs = [m for m in reply.get('messages', []) if isinstance(m, dict)]
+    sorry = any('sorry' in str(m.get('data', '')) for m in msgs) or reply.get('sorries')
     return ('too_easy', EASY_TACTICS) if _lean_errors(reply) is None and not sorry else ('accepted', None)
 
 def lemma_statements(names:list[str], header:str, backend, timeout:float=60) -> dict[str, str]:
@@ -321,8 +317,7 @@ def proof_length(code:str, statement:str) -> int:
     i = body.find(stmt)
     return len(body) - (i + len(stmt)) if i >= 0 else len(body)
 
-def select_conjectures(cproblems:list[dict], samples:list[dict], verdicts:list[dict],  # the conjectures and their
-                                                                                       # proving records
+def select_conjectures(cproblems:list[dict], samples:list[dict], verdicts:list[dict],  # conjectures, their proving
                        conj_hi:float=0.25, # kept pass rates are in (0, conj_hi): strictly below, as STP
                        quantile:float=0.2, # per lemma, the least elegant fraction dropped
                        keep_lemma_unused:bool=False, # STP: a conjecture proved without its lemma is kept lemma-free
@@ -363,21 +358,36 @@ def conjecture_rows(kept:list[dict], # kept conjectures (`select_conjectures`), 
         pp = prompts[k['prompt']]
         prompt = pp['turn_prompt'] if k['lemma'] == pp['lemma'] else lemma_free_prompt(pp['turn_prompt'],
                                                                                        pp['lemma_statement'])
-        completion = k['statement'].removeprefix('theorem') + '\n' + HARD_END
-        n_prompt, n_comp = (len(ids) for ids in encode(tok, [prompt, completion]))
-        if n_prompt + n_comp + 1 > max_tokens: continue
-        generated = {'sample_idx': k['sample_idx'], 'capped': False, 'n_tokens': n_comp}  # the row ends with the
-                                                                                          # end-of-turn token
-        rows.append(sft_row(k['name'], generated, round_idx, prompt, completion, n_prompt, n_prompt + n_comp + 1,
-                            kind='conjecture', formal_statement=k['formal_statement'],
-                            conjecture={'seed': k['seed'], 'lemma': k['lemma'], 'prompt': k['prompt'],
-                                        'lemma_asked': k.get('lemma_asked', k['lemma'])}))
+        rows += _conjecture_row(k, prompt, k['statement'], tok, round_idx, max_tokens, k['prompt'])
+    return rows
+
+def _conjecture_row(k:dict, prompt:str, statement:str, tok, round_idx:int, max_tokens:int, prompt_name) -> list[dict]:
+    "The one conjecturer row of `k` (a list: empty when over `max_tokens`); the row ends with the end-of-turn token."
+    completion = statement.removeprefix('theorem') + '\n' + HARD_END
+    n_prompt, n_comp = (len(ids) for ids in encode(tok, [prompt, completion]))
+    if n_prompt + n_comp + 1 > max_tokens: return []
+    generated = {'sample_idx': k.get('sample_idx', 0), 'capped': False, 'n_tokens': n_comp}
+    return [sft_row(k['name'], generated, round_idx, prompt, completion, n_prompt, n_prompt + n_comp + 1,
+                    kind='conjecture', formal_statement=k['formal_statement'],
+                    conjecture={'seed': k['seed'], 'lemma': k['lemma'], 'prompt': prompt_name,
+                                'lemma_asked': k.get('lemma_asked', k['lemma'])})]
+
+def warm_conjecture_rows(pairs:list[tuple[dict, str, dict]], # (easy problem, its verified proof code, harder problem)
+                         tokenizer, style:str='completion', max_tokens:int=SFT_MAX_TOKENS) -> list[dict]:
+    ("Warm-start conjecturer rows, STP's SFT conjecture examples: the lemma-free prompt of an easy theorem with its "
+     "proof -> the harder theorem's statement and `</hard theorem>`.")
+    tok, rows = load_tokenizer(tokenizer), []
+    for easy, proof, hard in pairs:
+        prompt = conjecture_prompt(easy['header'], LEMMA_FREE_STATEMENT, seed_code(proof, easy), tok, style)
+        statement = hard['formal_statement'].split(':=')[0].strip()
+        k = {'name': hard['name'], 'formal_statement': hard['formal_statement'], 'seed': easy['name'],
+             'lemma': LEMMA_FREE}
+        rows += _conjecture_row(k, prompt, statement, tok, 0, max_tokens, None)
     return rows
 
 PROVER_HI = 0.5   # STP trains the prover on the proofs of statements proved at most half the time
 
-def conjecture_proof_rows(cproblems:list[dict], samples:list[dict], verdicts:list[dict],  # the conjectures and their
-                                                                                          # proving records
+def conjecture_proof_rows(cproblems:list[dict], samples:list[dict], verdicts:list[dict],  # conjectures, their proving
                           tokenizer, round_idx:int, max_per_problem:int=4, max_tokens:int=SFT_MAX_TOKENS,
                           protected=(), style:str='chat', hi:float=PROVER_HI) -> list[dict]:
     "Prover rows (`kind='conjecture_proof'`) of every conjecture proved at a rate in (0, hi], by 02's keep rules."
@@ -404,11 +414,8 @@ def add_conjecture_rows(rows:list[dict], # the round's ordinary SFT rows
     return rows, n_conj | n_proofs
 
 # %% ../nbs/00b_conjecture.ipynb #02458fbf
-def conjectures_per_prompt(n_prompts:int, # N: the prompts wanted (STP: the round's statements)
-                           n_chosen:int, # the prompts made
-                           conj_per_prompt:int=1, # the count without STP's rule
-                           conjecture_multiplier:int=0, # STP's lower bound; 0: `conj_per_prompt` and no rule
-                          ) -> int:
+def conjectures_per_prompt(n_prompts:int, n_chosen:int, # N (STP: the round's statements), the prompts made
+                           conj_per_prompt:int=1, conjecture_multiplier:int=0) -> int:
     "Conjectures sampled per prompt: STP's `max(conjecture_multiplier, min(3·N // prompts, 8))`, or `conj_per_prompt`."
     if conjecture_multiplier < 0 or conj_per_prompt < 1:
         raise BadInput(f'conjecture_multiplier must be >= 0 and conj_per_prompt >= 1, got {conjecture_multiplier}, '
@@ -492,12 +499,11 @@ def _prove(cands:list[dict], R:RoundLayout, model_dir, verifier, setup:SamplerSe
     write_records(R.conjecture_problems, cproblems, 'problem')
     proof = setup.run(cproblems, model_dir, R.conjecture_samples, R.conjecture_verdicts, params, round_idx, verifier,
                       settings={'model': str(Path(model_dir).resolve())}, log=log)
-    return cproblems, proof, read_samples(R.conjecture_samples,
-                                          required=False), read_verdicts(R.conjecture_verdicts, required=False)
+    return cproblems, proof, *(f(p, required=False) for f, p in ((read_samples, R.conjecture_samples),
+                                                                  (read_verdicts, R.conjecture_verdicts)))
 
 def _keep(cands:list[dict], cproblems:list[dict], samples:list[dict], verdicts:list[dict], prompts:list[dict],
-          R:RoundLayout,
-          tok, round_idx:int, rules:'ConjectureRules', prover:dict) -> tuple[list, list, dict, list]:
+          R:RoundLayout, tok, round_idx:int, rules:'ConjectureRules', prover:dict) -> tuple[list, list, dict, list]:
     ("The kept conjectures (written as problems to `R.conjectures`), their conjecturer rows, every conjecture's "
      "status, and the prover rows of their proofs.")
     kept, status = select_conjectures(cproblems, samples, verdicts, rules.conj_hi, rules.elegance_quantile,
@@ -555,8 +561,7 @@ class ConjectureRules:
 
 def run_conjecture(problems_path, verdicts_path, # the pool and the latest verdicts of its problems (the seeds)
                    model_dir, out_dir, round_idx:int,
-                   sampling:SampleParams,  # the proofs: n per conjecture, their cap; temperature, top_p, seed for both
-                                           # jobs
+                   sampling:SampleParams,  # the proofs: n per conjecture, their cap; temperature, top_p, seed: both
                    verify:VerifierSettings|None, # the verifier (backend none: no Lean, proofs `unchecked`)
                    sampler:SamplerSetup, # the sampler and its options, the prompt style, the chunking
                    rules:ConjectureRules, # how prompts are chosen and conjectures kept
@@ -566,10 +571,8 @@ def run_conjecture(problems_path, verdicts_path, # the pool and the latest verdi
     R, tok, verifier = RoundLayout.in_folder(out_dir), load_tokenizer(model_dir), verify or VerifierSettings()
     conj = dataclasses.replace(sampling, max_new_tokens=rules.conj_max_new_tokens)   # n: `conjectures_per_prompt`
     problems = read_problems(problems_path)
-    pool_verdicts = read_verdicts(verdicts_path, required=False) if verdicts_path else []  # no verdicts yet: nothing
-                                                                                           # seeds
-    with open_sampler(sampler.sampler, model_dir, sampler.options, log) as smp:  # one sampler (one managed server) for
-                                                                                 # both jobs
+    pool_verdicts = read_verdicts(verdicts_path, required=False) if verdicts_path else []  # none yet: no seed
+    with open_sampler(sampler.sampler, model_dir, sampler.options, log) as smp:  # one sampler (server) for both
         setup = dataclasses.replace(sampler, sampler=smp, options=None)
         with open_verifier(verifier) as ver:
             lean = getattr(ver, 'backend', None) is not None

@@ -115,3 +115,20 @@ def test_the_config_keys_reach_the_rules():
         sec = tomllib.loads((root/'configs'/cfg).read_text(encoding='utf-8'))['conjecture']
         for k in ('lemma_free_prob', 'lemma_free_frac', 'keep_lemma_unused', 'conjecture_multiplier'):
             assert k in sec and k in names, (cfg, k)
+
+
+def test_warm_conjecture_rows_teach_the_exact_text_the_stage_prompts_and_parses(tiny):
+    """STP's SFT holds conjecture examples (Notebooks/construct_sft.ipynb @ 2b5fe8b); a warm start built with
+    `warm_conjecture_rows` shows the stage's own lemma-free prompt and a target its parser reads back as the harder
+    problem, which the stage's checks then accept as new."""
+    from ei_nb.conjecture import check_candidates, parse_conjecture, prompt_problem, seed_proofs, warm_conjecture_rows
+    from ei_nb.core import statement_key
+    easy, hard = arith_problem([2, 3]), arith_problem([47, 38])
+    full = easy['header'] + easy['formal_statement'] + arith_proof(easy)
+    rows = warm_conjecture_rows([(easy, full, hard)], tiny)
+    seed = seed_proofs([easy], [{'name': easy['name'], 'sample_idx': 0, 'verdict': 'pass', 'proof': full}])[0]
+    pp = prompt_problem(seed, LEMMA_FREE, LEMMA_FREE_STATEMENT, 0, 1)
+    assert len(rows) == 1 and rows[0]['prompt'] == pp['turn_prompt']          # the generation prompt, to the byte
+    assert statement_key(parse_conjecture(rows[0]['completion'])) == statement_key(hard['formal_statement'])
+    gen = {'name': pp['name'], 'sample_idx': 0, 'completion': rows[0]['completion'], 'capped': False}
+    assert check_candidates([gen], {pp['name']: pp}, set())[0]['status'] == 'accepted'
