@@ -9,13 +9,14 @@ from ei_nb.report import (demo_notice, design_note, design_power, example_run, l
                           min_detectable_effect)
 
 NBS = Path(__file__).resolve().parents[1] / 'nbs'
-OLD_ARITH_NOTICE = ('ARITH DEMO, EXACT CHECKER, NO LEAN: the problems are Lean theorems of a tiny fragment (ei_nb.arith). '
-                    'The model is a tiny Qwen3 warm-started on the easy end only.')
+OLD_ARITH_NOTICE = ('ARITH DEMO, EXACT CHECKER, NO LEAN: the problems are Lean theorems of a tiny fragment '
+                    '(ei_nb.arith). The model is a tiny Qwen3 warm-started on the easy end only.')
 
 
 def _markdown_outputs(nb_path: Path) -> str:
     nb = json.loads(nb_path.read_text(encoding='utf-8'))
-    return '\n'.join(''.join(o.get('data', {}).get('text/markdown', '')) for c in nb['cells'] for o in c.get('outputs', []))
+    return '\n'.join(''.join(o.get('data', {}).get('text/markdown', ''))
+                     for c in nb['cells'] for o in c.get('outputs', []))
 
 
 def test_arith_notice_says_exact_checker_not_lean_and_learns():
@@ -42,7 +43,8 @@ def test_the_executed_report_of_an_arith_demo_run_says_the_truth(tmp_path):
     atomic_write_json(L.demo_json, {'domain': 'arith', 'notice': OLD_ARITH_NOTICE})
     out = tmp_path / 'report.ipynb'
     res = subprocess.run([sys.executable, '-m', 'papermill', str(NBS / '06_report.ipynb'), str(out), '--cwd', str(NBS),
-                          '-p', 'run_dir', str(run), '-p', 'figures_dir', str(tmp_path / 'figs'), '--log-level', 'ERROR'],
+                          '-p', 'run_dir', str(run), '-p', 'figures_dir', str(tmp_path / 'figs'),
+                          '--log-level', 'ERROR'],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     md = _markdown_outputs(out)
