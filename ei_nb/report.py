@@ -15,10 +15,11 @@ from .layout import RunLayout, read_stage_json, stage_numbers, write_stage_json
 from .select import pass_rates, plot_band
 
 # %% auto #0
-__all__ = ['mcnemar_p', 'solved_by_problem', 'mcnemar_table', 'mcnemar_power', 'min_detectable_effect', 'power_statement',
-           'mcnemar_files', 'mcnemar_cli', 'load_run', 'summaries_read', 'example_run', 'round_table', 'mcnemar_rows',
-           'training_table', 'conjecture_table', 'conjecture_examples', 'save_figure', 'plot_bands', 'plot_scores',
-           'plot_sft', 'plot_pass_at_k', 'plot_lengths', 'decision_text', 'solved_by_round', 'solved_summary',
+__all__ = ['DESIGN_GAIN', 'ARITH_VERIFIES', 'ARITH_LEARNS', 'KNOWN_VERIFIES', 'KNOWN_MEMORISES', 'mcnemar_p', 'solved_by_problem',
+           'mcnemar_table', 'mcnemar_power', 'min_detectable_effect', 'design_power', 'design_note', 'mcnemar_files',
+           'mcnemar_cli', 'load_run', 'summaries_read', 'example_run', 'round_table', 'mcnemar_rows', 'training_table',
+           'conjecture_table', 'conjecture_examples', 'save_figure', 'plot_bands', 'plot_scores', 'plot_sft',
+           'plot_pass_at_k', 'plot_lengths', 'demo_notice', 'decision_text', 'solved_by_round', 'solved_summary',
            'pool_pass_rates']
 
 # %% ../nbs/06_report.ipynb #5bd7e245
@@ -86,30 +87,28 @@ def min_detectable_effect(n:int, p_disc:float=0.12, power:float=0.8, alpha:float
     return None
 
 # %% ../nbs/06_report.ipynb #3960299f
-def power_statement(n:int, # paired problems
-                    p_disc:float, # share of discordant problems: observed, or assumed when none was observed
-                    alpha:float=0.05, # level of the test
-                    assumed:bool=False, # True: `p_disc` is an assumption (the comparison had no discordant problem)
-                    # True: `p_disc` is the design assumption (`p_disc_assumed`), stated next to an observed one
-                    design:bool=False,
-                    # the observed net gain (c - b) / n: its detection probability is added
-                    observed_gain:float|None=None,
-                   ) -> str:
-    "A plain-language sentence on what a paired comparison of this size can detect."
-    gain = min(0.04, p_disc)   # a gain cannot exceed the discordant share
-    p4, mde = mcnemar_power(n, gain, p_disc, alpha), min_detectable_effect(n, p_disc, 0.8, alpha)
-    share = (f'at the design assumption of {p_disc:.0%} of them discordant (`p_disc_assumed`)' if design else
-             f'assuming {p_disc:.0%} of them discordant (none was observed, so the share cannot be measured)' if assumed
-             else f'{p_disc:.0%} of them observed discordant')
-    mde_txt = (f'80% power needs a gain of +{mde*100:.1f} pp or more' if mde
-               else f'no gain up to +{p_disc*100:.0f} pp reaches 80% power')
-    seen = '' if observed_gain is None else (
-        f' A true gain equal to the observed {observed_gain*100:+.1f} pp would be detected with probability '
-        f'{mcnemar_power(n, observed_gain, p_disc, alpha):.2f} at this discordance.')
-    caveat = '' if design else (' A non-significant result is therefore weak evidence of no effect, and a significant '
-                                'one at this size should be confirmed on held-out data.')
-    return (f'With {n} paired problems, {share}, the exact McNemar test at level {alpha} detects a true gain of '
-            f'+{gain*100:.0f} pp with probability {p4:.2f}; {mde_txt}.{seen}{caveat}')
+DESIGN_GAIN = 0.04   # the gain the design's power is stated for (+4 pp, the DESIGN's "single round" example)
+
+def design_power(n:int, # paired problems
+                 p_disc_assumed:float, # the pre-registered share of discordant problems (`[report] p_disc_assumed`)
+                 alpha:float=0.05, # level of the test
+                 gain:float=DESIGN_GAIN, # true gain of B over A the power is for (capped at the discordant share)
+                ) -> float:
+    "Power of the exact McNemar test on `n` problems at the registered discordance: a design figure, not post hoc."
+    return mcnemar_power(n, min(gain, p_disc_assumed), p_disc_assumed, alpha)
+
+def design_note(n:int, # paired problems
+                p_disc_assumed:float, # the pre-registered share of discordant problems
+                alpha:float=0.05, # level of the test
+               ) -> str:
+    "The one sentence under the McNemar table: what its `design_power` and `discordance` columns are."
+    gain, mde = min(DESIGN_GAIN, p_disc_assumed), min_detectable_effect(n, p_disc_assumed, 0.8, alpha)
+    need = (f'80% power needs +{mde*100:.1f} pp' if mde else
+            f'no gain up to +{p_disc_assumed*100:.0f} pp has 80% power')
+    return (f'`design_power`, beside each non-significant result: the probability that the exact McNemar test at level '
+            f'{alpha} detects a true gain of +{gain*100:.0f} pp on these {n} problems when {p_disc_assumed:.0%} '
+            f'of them are discordant, the share registered before the run (`p_disc_assumed`; {need}). '
+            '`discordance`: the observed share (b + c) / n, a description of the data.')
 
 # %% ../nbs/06_report.ipynb #a1678551
 def mcnemar_files(a_path, b_path, problems_path=None) -> dict:
@@ -243,7 +242,7 @@ def round_table(run:dict) -> 'pd.DataFrame':
     return df.reindex(columns=cols)
 
 def mcnemar_rows(run:dict, alpha:float=0.05, p_disc_assumed:float=0.12) -> 'pd.DataFrame':
-    "McNemar of every round against the base and the previous round; power at the observed discordance and by design."
+    "McNemar of every round against the base and the previous round; the design's power beside a non-significant one."
     import pandas as pd
     rows, prev = [], ('round 0 (base)', run['baseline_verdicts'])
     for r in run['rounds']:
@@ -252,14 +251,11 @@ def mcnemar_rows(run:dict, alpha:float=0.05, p_disc_assumed:float=0.12) -> 'pd.D
         refs = [('round 0 (base)', run['baseline_verdicts'])] + ([prev] if prev[0] != 'round 0 (base)' else [])
         for label, ref in refs:
             t = mcnemar_files(ref, cur, run['scored'] if run['scored'].exists() else None)
-            p_disc = (t['b'] + t['c']) / t['n'] if t['n'] else 0
+            sig = t['p_value'] <= alpha
             rows.append({'round': r['round'], 'against': label,
                          **{k: t[k] for k in ('n', 'both', 'neither', 'b', 'c', 'net', 'p_value')},
-                         'significant': t['p_value'] <= alpha,
-                         'power': power_statement(t['n'], p_disc if p_disc > 0 else p_disc_assumed, alpha,
-                                                  assumed=p_disc == 0,
-                                                  observed_gain=t['net'] / t['n'] if p_disc > 0 else None),
-                         'power_design': power_statement(t['n'], p_disc_assumed, alpha, design=True)})
+                         'significant': sig, 'discordance': (t['b'] + t['c']) / t['n'] if t['n'] else None,
+                         'design_power': None if sig or not t['n'] else design_power(t['n'], p_disc_assumed, alpha)})
         prev = (f"round {r['round']}", cur)
     return pd.DataFrame(rows)
 
@@ -405,6 +401,27 @@ def plot_lengths(run:dict):
     _integer_axes(ax, x=False)
     fig.tight_layout()
     return fig
+
+# %% ../nbs/06_report.ipynb #e59d26b5
+ARITH_VERIFIES = ('Verification: an exact checker of a tiny fragment of Lean arithmetic (`ei_nb.arith`), not Lean: it '
+                  'decides exactly what Lean would for the problems and proof forms of the fragment and refuses every '
+                  'other problem.')
+ARITH_LEARNS = (' The model is a tiny Qwen3 warm-started on the easy end of the fragment; each round it trains on its '
+                'own proofs that the checker verified: it learns from them, it is not memorising known proofs.')
+KNOWN_VERIFIES = ('Verification: the known-proof match, not Lean: a proof passes only if it equals a proof Lean '
+                  'already accepted. The numbers demonstrate the machinery, not a prover.')
+KNOWN_MEMORISES = ' The model is a tiny random Qwen3 warm-started on known proofs: it memorises, it does not prove.'
+
+def demo_notice(verifier:str|None, # the run's `verify_backend` (round 0's manifest); None when not recorded
+                demo:dict|None, # the run's `demo.json` (its `domain` and `notice`)
+               ) -> str:
+    "The report's opening line for a CPU demo: how it verified and what its model does, true for each demo."
+    demo = demo or {}
+    arith = demo.get('domain') == 'arith' or verifier == 'arith'
+    v = verifier or ('arith' if arith else 'known')
+    said = (ARITH_VERIFIES if v == 'arith' else demo.get('notice') or KNOWN_VERIFIES if v == 'known' else
+            f'Verification: real Lean (`{v}`). The numbers demonstrate the machinery, not a prover.')
+    return '**This is the CPU demo.** ' + said + (ARITH_LEARNS if arith else KNOWN_MEMORISES)
 
 # %% ../nbs/06_report.ipynb #1bba4b11
 def decision_text(run:dict) -> str:
