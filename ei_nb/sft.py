@@ -256,8 +256,8 @@ def build_sft_rows(problems:list[dict], samples:list[dict], verdicts:list[dict],
                                          # weighs 1)
                    rank_by:str='mean',  # the lever ranks by the per-token `mean` log-prob (the paper's trainer) or the
                                         # `sum`
-                   drop_all_solved:bool=True, # drop problems every sample of which passed (the `unverified` control judges
-                                              # that on the checker's verdicts itself)
+                   drop_all_solved:bool=True, # drop problems every sample of which passed (the `unverified`
+                                              # control judges that on the checker's verdicts itself)
                   ) -> tuple[list[dict], dict]:
     "SFT rows by the keep rules, and stats (counts, and every pass with its length and fate in `candidates`)."
     tok, lever = load_tokenizer(tokenizer), rank == 'unlikely' or beta_rank != 0
