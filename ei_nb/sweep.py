@@ -156,7 +156,8 @@ def verdict_lines(table:'pd.DataFrame', alpha:float=0.05) -> list[str]:
     for arm, t in table[table.arm != 'plain'].groupby('arm', sort=False):
         r = t.iloc[-1]
         if pd.isna(r['minus_plain_mean']) or pd.isna(r['minus_plain_lo']):
-            out.append(f"round {r['round']}: {arm}: {int(r['seeds'])} seed(s), too few paired with plain for an interval"); continue
+            out.append(f"round {r['round']}: {arm}: {int(r['seeds'])} seed(s), too few paired with plain for an "
+                       'interval'); continue
         lo, hi, m = r['minus_plain_lo'], r['minus_plain_hi'], r['minus_plain_mean']
         who = ('plain beats ' + arm if hi < 0 else arm + ' beats plain' if lo > 0 else
                f'no difference between {arm} and plain is shown')
