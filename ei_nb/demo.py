@@ -9,8 +9,8 @@ from pathlib import Path
 from .arith import arith_proof, arith_sets, arith_verifier, build_arith_model, near_duplicate, parse_statement
 from .correct import correction_problem
 from .select import decontaminate, protected_index
-from .core import (BadInput, atomic_write_json, iter_jsonl, read_problems, read_records, shared_data, statement_key,
-                        write_records)
+from .core import (BadInput, atomic_write_json, iter_jsonl, read_problems, read_records, shared_data,
+                        statement_key, write_records)
 from .known_proofs import _workbook_rows, known_good_proofs, mask_comments, split_lean_file
 from .prompts import render_prompt, verifiable_text
 from .tiny import tiny_tokenizer
