@@ -4,7 +4,7 @@
 
 # %% ../nbs/tools/arith.ipynb #a6f97249
 from __future__ import annotations
-import random, re
+import itertools, random, re
 from pathlib import Path
 from .core import BadInput, shared_data, read_problems, statement_key, theorem_name
 from .near_dup import key_digest, structural_key
@@ -13,11 +13,11 @@ from .tiny import CHAT_TEMPLATE, SPECIAL_TOKENS, lean_corpus, tiny_config
 from .prompts import render_prompt
 
 # %% auto #0
-__all__ = ['ARITH_HEADER', 'OP_NAMES', 'SOURCE', 'SPLITS', 'GRAMMAR', 'UNSOLVED_FALSE', 'AXIOMS', 'arith_statement',
-           'arith_problem', 'parse_grade', 'grade_of', 'grade_size', 'near_duplicate', 'draw_operand', 'draw_grade',
-           'arith_sets', 'OutsideFragment', 'evaluate', 'parse_statement', 'outside_grammar', 'judge_proof',
-           'ArithBackend', 'ArithVerifier', 'arith_verifier', 'arith_proof', 'arith_tokenizer', 'build_arith_model',
-           'warm_rows']
+__all__ = ['ARITH_HEADER', 'OP_NAMES', 'SOURCE', 'SPLITS', 'GRAMMAR', 'UNSOLVED_FALSE', 'AXIOMS', 'PROOF_FORMS',
+           'arith_statement', 'arith_problem', 'parse_grade', 'grade_of', 'grade_size', 'near_duplicate',
+           'draw_operand', 'draw_grade', 'arith_sets', 'OutsideFragment', 'evaluate', 'parse_statement',
+           'outside_grammar', 'pp', 'unsolved', 'judge_proof', 'ArithBackend', 'ArithVerifier', 'arith_verifier',
+           'arith_proof', 'arith_tokenizer', 'build_arith_model', 'warm_rows']
 
 # %% ../nbs/tools/arith.ipynb #b42bb13a
 ARITH_HEADER = ('import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 0\n\n'
@@ -44,23 +44,26 @@ def arith_problem(operands:list[int], op:str='+', split:str='train', seed:int|No
             'source': SOURCE + ('' if seed is None else f' (seed {seed})')}
 
 # %% ../nbs/tools/arith.ipynb #b0dec529
-_GRADE = re.compile(r'([1-9])([+*])([1-9])')
+_GRADE = re.compile(r'[1-9](?:([+*])[1-9])+')
 
-def parse_grade(grade:str) -> tuple[int, str, int]:
-    "`(digits of a, op, digits of b)` of a grade such as `'4+4'` or `'2*1'`."
+def parse_grade(grade:str) -> tuple:
+    """`(digits of a, op, digits of b)` of a grade such as `'4+4'` or `'2*1'`; with three operands (`'2+2+2'`, one
+    operation) `(d1, op, d2, op, d3)`."""
     m = _GRADE.fullmatch(grade) if isinstance(grade, str) else None
-    if m is None: raise BadInput(f'grade {grade!r}: expected DIGITS OP DIGITS such as "4+4" or "2*1"')
-    return int(m.group(1)), m.group(2), int(m.group(3))
+    if m is None or len(set(grade[1::2])) != 1:
+        raise BadInput(f'grade {grade!r}: expected DIGITS OP DIGITS (OP DIGITS ...) with one OP, such as "4+4", "2*1" '
+                       'or "2+2+2"')
+    return tuple(int(c) if i % 2 == 0 else c for i, c in enumerate(grade))
 
 def grade_of(operands:list[int], op:str) -> str:
-    "The grade of a two-operand problem."
-    return f'{len(str(operands[0]))}{op}{len(str(operands[1]))}'
+    "The grade of a problem: the digits of each operand, joined by the operation."
+    return op.join(str(len(str(a))) for a in operands)
 
 def grade_size(grade:str) -> int:
     "How many distinct problems a grade has."
-    d1, _, d2 = parse_grade(grade)
-    n = lambda d: 10 if d == 1 else 9 * 10 ** (d - 1)
-    return n(d1) * n(d2)
+    n, out = lambda d: 10 if d == 1 else 9 * 10 ** (d - 1), 1
+    for d in parse_grade(grade)[::2]: out *= n(d)
+    return out
 
 # %% ../nbs/tools/arith.ipynb #76edd597
 def near_duplicate(problem:dict, index:tuple) -> bool:
@@ -77,7 +80,7 @@ def draw_grade(rng:random.Random, grade:str, k:int, taken:set, split:str, seed:i
                index:tuple|None=None, # `ei_nb.select.protected_index` of problems it must not near-duplicate
               ) -> list[dict]:
     "`k` distinct problems of `grade`, names not in `taken` (which gains them), none a near-duplicate in `index`."
-    d1, op, d2 = parse_grade(grade)
+    digits, op = parse_grade(grade)[::2], parse_grade(grade)[1]
     if not 0 <= k <= grade_size(grade): raise BadInput(f'grade {grade}: {k} problems asked, it has {grade_size(grade)}')
     out, tries = [], 0
     while len(out) < k:
@@ -85,7 +88,7 @@ def draw_grade(rng:random.Random, grade:str, k:int, taken:set, split:str, seed:i
         if tries > 50 * k + 1000:
             raise BadInput(f'grade {grade}: cannot draw {k} problems not already taken and not near-duplicates '
                            '(such as the commuted twin) of a held-out problem')
-        p = arith_problem([draw_operand(rng, d1), draw_operand(rng, d2)], op, split, seed)
+        p = arith_problem([draw_operand(rng, d) for d in digits], op, split, seed)
         if p['name'] not in taken and not (index and near_duplicate(p, index)): taken.add(p['name']); out.append(p)
     return out
 
@@ -153,10 +156,14 @@ def parse_statement(problem:dict) -> tuple[str, str, int]:
     return m.group('name'), m.group('expr'), evaluate(m.group('expr'))
 
 # %% ../nbs/tools/arith.ipynb #7dadd8d3
-_V = rf'(?P<v>{_NUM})'
-_EXACT = re.compile(rf'exact\s*⟨\s*{_V}\s*,\s*(?P<by>by\s+norm_num)\s*⟩')
-_REFINE = re.compile(rf'refine\s*⟨\s*{_V}\s*,\s*\?_\s*⟩')
-GRAMMAR = '`exact ⟨V, by norm_num⟩`, or `refine ⟨V, ?_⟩` then `norm_num` on the next line'
+_W = rf'(?P<v>{_NUM}(?:\s*[+*]\s*{_NUM})*)'
+_EXACT = re.compile(rf'exact\s*⟨\s*{_W}\s*,\s*(?P<by>by\s+norm_num)\s*⟩')
+_REFINE = re.compile(rf'refine\s*⟨\s*{_W}\s*,\s*\?_\s*⟩')
+_USE = re.compile(rf'use\s+(?P<v>{_NUM})')
+_HAVE = re.compile(rf"have\s+(?P<name>[A-Za-z_][A-Za-z0-9_']*)\s*:\s*(?P<lhs>{_EXPR})\s*=\s*(?P<rhs>{_NUM})\s*:=\s*"
+                   rf"(?P<by>by\s+norm_num)")
+GRAMMAR = ('`have h : E = N := by norm_num` lines, then `use V` (sums), `exact ⟨W, by norm_num⟩`, or '
+           '`refine ⟨W, ?_⟩` then `norm_num` on the next line')
 
 def _msg(severity:str, line:int, col:int, end_line:int, end_col:int, text:str) -> dict:
     "A message as the Lean REPL writes it (1-based lines, 0-based codepoint columns)."
@@ -169,30 +176,65 @@ def outside_grammar(line:int, col:int, text:str) -> dict:
                 f'ei_nb.arith: this is outside the checker\'s proof grammar ({GRAMMAR}); '
                 'no Lean ran, so Lean\'s own message is unknown')
 
-UNSOLVED_FALSE = 'unsolved goals\n⊢ False'
+def pp(expr:str) -> str:
+    "An expression of numerals as Lean prints it: one space around each operation."
+    return ' '.join(re.sub(r'([+*])', r' \1 ', expr).split())
 
-# %% ../nbs/tools/arith.ipynb #cafeaff1
+def unsolved(target:str, hyps:list[tuple[str, str]]=(), case:str='') -> str:
+    "Lean's `unsolved goals` message for one goal: its case tag, its hypotheses `(name, type)`, its target."
+    lines, k = [], 0
+    while k < len(hyps):   # consecutive hypotheses of one type share a line
+        same = [n for n, t in itertools.takewhile(lambda h: h[1] == hyps[k][1], hyps[k:])]
+        lines.append(f"{' '.join(same)} : {hyps[k][1]}"); k += len(same)
+    return '\n'.join(['unsolved goals'] + ([f'case {case}'] if case else []) + lines + [f'⊢ {target}'])
+
+UNSOLVED_FALSE = unsolved('False')
+
+# %% ../nbs/tools/arith.ipynb #cd208b1e
+def _haves(tactics:list) -> tuple[list[dict], list[tuple[str, str]], int] | dict:
+    "Messages of the leading `have` lines, the hypotheses they add, how many there are; or the refusal of a bad one."
+    msgs, hyps, k = [], [], 0
+    while k < len(tactics) and (m := _HAVE.fullmatch(tactics[k][2])):
+        l, c, _ = tactics[k]
+        if m.group('name') in {n for n, _ in hyps}: return outside_grammar(*tactics[k])
+        if evaluate(m.group('lhs')) != int(m.group('rhs')):
+            msgs.append(_msg('error', l, c + m.start('by'), l, c + m.end('by'), unsolved('False', hyps)))
+        hyps.append((m.group('name'), f"{pp(m.group('lhs'))} = {m.group('rhs')}")); k += 1
+    return msgs, hyps, k
+
+def _laid_out(tactics:list, by_at:tuple) -> bool:
+    "One step after `by`, or every step on its own line below the theorem, all in one column."
+    return len(tactics) == 1 or (tactics[0][0] > by_at[0] and len({c for _, c, _ in tactics}) == 1
+                                 and len({l for l, _, _ in tactics}) == len(tactics))
+
 def judge_proof(value:int, # the statement's value
                 # (line, column, text) of each proof line, comments dropped, non-blank
                 tactics:list[tuple[int, int, str]],
                 by_at:tuple[int, int], # (line, column) of the theorem's `by`
+                expr:str='', # the statement's expression as Lean prints it (the goal `use` leaves open)
                ) -> tuple[list[dict], str]:
     "Lean's messages on the proof, and its status: `ok`, `error` or `sorry`."
     if not tactics: return [outside_grammar(by_at[0], by_at[1], 'by')], 'error'
-    (l1, c1, t1), rest = tactics[0], tactics[1:]
-    end = lambda l, c, t: (l, c + len(t))
-    if t1 == 'sorry' and not rest: return [], 'sorry'
-    if (m := _EXACT.fullmatch(t1)) and not rest:
-        if int(m.group('v')) == value: return [], 'ok'
-        # the inner `by` block
-        return [_msg('error', l1, c1 + m.start('by'), l1, c1 + m.end('by'), UNSOLVED_FALSE)], 'error'
-    if ((m := _REFINE.fullmatch(t1)) and len(rest) == 1 and rest[0][2] == 'norm_num' and rest[0][1] == c1
-            and l1 > by_at[0]):
-        if int(m.group('v')) == value: return [], 'ok'
-        return [_msg('error', by_at[0], by_at[1], *end(*rest[0]), UNSOLVED_FALSE)], 'error'
-    bad = next((t for t in tactics if not (_EXACT.fullmatch(t[2]) or _REFINE.fullmatch(t[2]) or t[2] == 'norm_num')),
-               tactics[0])
-    return [outside_grammar(*bad)], 'error'
+    if tactics[0][2] == 'sorry' and len(tactics) == 1: return [], 'sorry'
+    if not _laid_out(tactics, by_at): return [outside_grammar(*tactics[1])], 'error'
+    got = _haves(tactics)
+    if isinstance(got, dict): return [got], 'error'
+    msgs, hyps, k = got
+    last, rest = (tactics[k], tactics[k + 1:]) if k < len(tactics) else ((0, 0, ''), [])
+    (l, c, t), whole = last, lambda end: (by_at[0], by_at[1], end[0], end[1] + len(end[2]))
+    if (m := _EXACT.fullmatch(t)) and not rest:
+        if evaluate(m.group('v')) != value:   # the inner `by` block
+            msgs.append(_msg('error', l, c + m.start('by'), l, c + m.end('by'), unsolved('False', hyps)))
+    elif (m := _REFINE.fullmatch(t)) and len(rest) == 1 and rest[0][2] == 'norm_num':
+        if evaluate(m.group('v')) != value: msgs.append(_msg('error', *whole(rest[0]), unsolved('False', hyps)))
+    elif (m := _USE.fullmatch(t)) and not rest and expr and '*' not in expr:   # sums only (see above)
+        if int(m.group('v')) != value:
+            msgs.append(_msg('error', *whole(last), unsolved(f"{expr} = {m.group('v')}", hyps, 'h')))
+    else:
+        bad = next((x for x in tactics[k:] if not any(r.fullmatch(x[2]) for r in (_EXACT, _REFINE, _USE))),
+                   last if k < len(tactics) else tactics[-1])
+        return [outside_grammar(*bad)], 'error'
+    return msgs, 'error' if msgs else 'ok'
 
 # %% ../nbs/tools/arith.ipynb #29d0f6de
 from .lean_reply import statement_probe
@@ -226,16 +268,17 @@ def _theorem(lines:list[str], i:int, body:list[int], m) -> tuple[list[dict], str
               if _uncomment(tail).strip() else []
     for k in body:
         if code := _uncomment(lines[k]): tactics.append((k + 1, len(code) - len(code.lstrip()), code.strip()))
-    msgs, status = judge_proof(evaluate(t.group('expr')), tactics, (i + 1, by_col))
+    expr = pp(t.group('expr'))
+    msgs, status = judge_proof(evaluate(expr), tactics, (i + 1, by_col), expr)
     if status == 'sorry':
         name = m.group('name')
         msgs = [_msg('warning', i + 1, 8, i + 1, 8 + len(name), "declaration uses 'sorry'")]
-    return msgs, status, '∃ n : ℕ, ' + ' '.join(re.sub(r'([+*])', r' \1 ', t.group('expr')).split()) + ' = n'
+    return msgs, status, f'∃ n : ℕ, {expr} = n'
 
 # %% ../nbs/tools/arith.ipynb #905dc15a
 class ArithBackend:
     "A verifier back-end for the arith fragment: `run(header, code, timeout)` returns a Lean REPL reply; no Lean."
-    identity = {'backend': 'arith', 'grammar': 1,
+    identity = {'backend': 'arith', 'grammar': 2,
                 'replay': 'none: the checker decides the text exactly, nothing is elaborated'}
     runs_candidate_code = False   # nothing a proof writes runs here: its passes are not `unreplayed` (issue 36)
 
@@ -292,13 +335,25 @@ def arith_verifier(settings:VerifierSettings|None=None) -> ArithVerifier:
                          s.workers or 1, s.timeout, s.statement_check)
 
 # %% ../nbs/tools/arith.ipynb #061c3e4b
-def arith_proof(problem:dict, form:str='exact', # 'exact' or 'refine'
+PROOF_FORMS = ('exact', 'refine', 'use', 'have')
+
+def arith_proof(problem:dict, form:str='exact', # one of PROOF_FORMS
                 comment:str='', # a `--` comment line put before the proof (Lean ignores it)
+                value:int|None=None, # the witness (None: the right value); a wrong one makes a failing attempt
                ) -> str:
-    "The proof completion a completion-style model writes after `:= by` (the right value)."
-    v = parse_statement(problem)[2]
-    if form not in ('exact', 'refine'): raise BadInput(f'unknown proof form {form!r}: use exact or refine')
-    proof = f'  exact ⟨{v}, by norm_num⟩' if form == 'exact' else f'  refine ⟨{v}, ?_⟩\n  norm_num'
+    """The proof completion a completion-style model writes after `:= by`. `have`: a lemma for the first operation,
+    then the witness written with the lemma's value (`have h : 47 + 38 = 85 := by norm_num`, `exact ⟨85 + 12, ...⟩`)."""
+    _, expr, v = parse_statement(problem)
+    if form not in PROOF_FORMS: raise BadInput(f'unknown proof form {form!r}: use one of {", ".join(PROOF_FORMS)}')
+    w = str(v if value is None else value)
+    if form == 'have':
+        op = '*' if '*' in expr else '+'
+        a, b, *rest = [x.strip() for x in expr.split(op)]
+        lemma = evaluate(f'{a}{op}{b}')
+        w = f' {op} '.join([str(lemma)] + rest) if value is None else w
+        proof = f'  have h : {a} {op} {b} = {lemma} := by norm_num\n  exact ⟨{w}, by norm_num⟩'
+    else: proof = {'exact': f'  exact ⟨{w}, by norm_num⟩', 'refine': f'  refine ⟨{w}, ?_⟩\n  norm_num',
+                   'use': f'  use {w}'}[form]
     return (f'  -- {comment}\n' if comment else '') + proof
 
 def arith_tokenizer(vocab_size:int=512, # target vocabulary size, special tokens included

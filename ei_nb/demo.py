@@ -4,20 +4,22 @@
 
 # %% ../nbs/demo.ipynb #4f5a25f3
 from __future__ import annotations
-import json, os, shutil
+import json, os, random, shutil
 from pathlib import Path
-from .arith import arith_sets, build_arith_model, near_duplicate
+from .arith import arith_proof, arith_sets, arith_verifier, build_arith_model, near_duplicate, parse_statement
+from .correct import correction_problem
 from .select import decontaminate, protected_index
-from .core import (BadInput, atomic_write_json, iter_jsonl, read_problems, read_records, shared_data, statement_key,
-                        write_records)
+from .core import (BadInput, atomic_write_json, iter_jsonl, read_problems, read_records, shared_data,
+                        statement_key, write_records)
 from .known_proofs import _workbook_rows, known_good_proofs, mask_comments, split_lean_file
-from .prompts import render_prompt
+from .prompts import render_prompt, verifiable_text
+from .tiny import tiny_tokenizer
 from .tiny import build_tiny_model
 from .train import train_lora
 
 # %% auto #0
 __all__ = ['DEMO_NOTICE', 'BAD_VALID', 'ARITH_NOTICE', 'workbook_problems', 'goedel_v2_test_problems', 'build_demo_data',
-           'warm_rows', 'warm_start', 'refuse_leaks', 'build_arith_data', 'arith_warm_start']
+           'warm_rows', 'warm_start', 'refuse_leaks', 'build_arith_data', 'arith_warm_start', 'correction_warm_rows']
 
 # %% ../nbs/demo.ipynb #2c3241c0
 DEMO_NOTICE = ('DEMO VERIFICATION, NO LEAN: a proof passes only if it is byte-identical, after whitespace '
@@ -150,3 +152,25 @@ def arith_warm_start(out_dir, # gets tiny/ (the random model), warm/ (training) 
                    log_every=max(1, epochs))
     os.replace(out_dir/'warm'/'merged', out_dir/'model')
     return m
+
+
+def correction_warm_rows(problems:list[dict], # warm-start problems that also get a correction turn
+                         forms:tuple=('exact',), # proof forms, cycled over the problems (the attempt and its fix)
+                         seed:int=0, # draws each wrong attempt's error (the value off by 1 or 10)
+                        ) -> list[dict]:
+    """Rows that teach the correction turn: the prompt is exactly what 01c_correct renders in the completion style
+    (`ei_nb.correct.correction_problem`) after a wrong attempt and the arith checker's verdict on it, the completion
+    is the right proof in the same form. Without them the model has never seen a correction prompt."""
+    rng, rows = random.Random(seed), []
+    with arith_verifier() as v:
+        for i, q in enumerate(problems):
+            form, value = forms[i % len(forms)], parse_statement(q)[2]
+            wrong = value + rng.choice([d for d in (-10, -1, 1, 10) if value + d >= 0])
+            sample = {'name': q['name'], 'sample_idx': 0, 'round': 0,
+                      'completion': verifiable_text(q, arith_proof(q, form, value=wrong), 'completion')}
+            verdict = v.verify_one(q, sample)
+            if verdict['verdict'] != 'fail': raise BadInput(f'{q["name"]}: the wrong attempt {wrong} did not fail')
+            turn = correction_problem(q, sample, verdict, None, 'completion')
+            rows.append({'name': turn['name'], 'sample_idx': 0, 'prompt': turn['turn_prompt'],
+                         'completion': arith_proof(q, form), 'eos': True})
+    return rows

@@ -61,7 +61,7 @@ def test_verdict_matches_independent_evaluator(verifier, nums, op, delta, form, 
 
 @SETTINGS
 @given(operands, ops, st.sampled_from(['  exact ⟨_, rfl⟩', '  norm_num', '  simp', '  decide', '  exact ⟨{v}, rfl⟩',
-                                       '  use {v}', '  exact ⟨0{v}, by norm_num⟩', '  exact ⟨{v}, by norm_num⟩\n  norm_num',
+                                       '  use {v} + 0', '  exact ⟨0{v}, by norm_num⟩', '  exact ⟨{v}, by norm_num⟩\n  norm_num',
                                        '  refine ⟨{v}, ?_⟩\n    norm_num', '  exact ⟨{v}, by linarith⟩', '']))
 def test_proofs_outside_the_grammar_never_pass(verifier, nums, op, template):
     p = arith_problem(nums, op)
