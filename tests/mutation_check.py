@@ -336,8 +336,8 @@ MUTANTS = [
     #      avg-weights-swapped above) already stops the run at that stage; the runner is what only the science can check.
     M('learn-prompt-loss', ROWS, "mask = [j >= examples[i]['n_prompt'] for", 'mask = [j >= 0 for',
       'the loss is computed on the prompt tokens too (rows is a library: no stage runs its examples)', *LEARN_T),
-    M('learn-keep-longest', SFT, 'rows, stats = build_sft_rows(read_problems(problems_path)',
-      "_RANK_KEYS['shortest'] = lambda sv: (-sv[0]['n_tokens'], sv[0]['sample_idx'])\nrows, stats = build_sft_rows(read_problems(problems_path)",
+    M('learn-keep-longest', SFT, 'rows, stats = build_sft_rows(_problems, _samples, _verdicts,',
+      "_RANK_KEYS['shortest'] = lambda sv: (-sv[0]['n_tokens'], sv[0]['sample_idx'])\nrows, stats = build_sft_rows(_problems, _samples, _verdicts,",
       'the keep rule the round uses takes the longest proofs', *LEARN_T),
     M('learn-band-solved', SEL, 'summary, table = run_select(pool_path, results_path, _R.selected, protected_paths, _params,',
       'summary, table = run_select(pool_path, results_path, _R.selected, protected_paths, {**_params, "lo": hi, "hi": 1.0},',
@@ -345,6 +345,17 @@ MUTANTS = [
     M('learn-ftw0', AVG, 'result = average_checkpoints(anchor_dir, finetuned_dir, out_dir, ft_weight, threads=threads, force=force)',
       'result = average_checkpoints(anchor_dir, finetuned_dir, out_dir, 0.0, threads=threads, force=force)',
       'the round averages with ft_weight 0: every round hands on the anchor (the base model)', *LEARN_T),
+    # ---- issue 35: the controls, the leak, the band
+    M('learn-keep-every-sample', SFT, 'rows, stats = build_sft_rows(_problems, _samples, _verdicts,',
+      'rows, stats = build_sft_rows(_problems, _samples, unverified_verdicts(_samples, _verdicts)[0],',
+      'the verifier is bypassed: the round keeps every well-formed sample, right or wrong', *LEARN_T),
+    M('learn-warm-leak', 'nbs/tools/arith.ipynb', "out['pool'], out['warm'] = draw('pool', pool, held), draw('warm', warm, held)",
+      "out['pool'], out['warm'] = draw('pool', pool, held), draw('warm', warm, None)",
+      'the warm-start set is drawn without the protected near-duplicate check (commuted twins of scored problems)',
+      'tests/test_domain_leaks.py', *LEARN_T),
+    M('learn-band-everything', SEL, 'summary, table = run_select(pool_path, results_path, _R.selected, protected_paths, _params,',
+      'summary, table = run_select(pool_path, results_path, _R.selected, protected_paths, {**_params, "lo": 0.0, "hi": 1.0},',
+      'the band selects every measured problem (0 <= p <= 1): selection does nothing', *LEARN_T),
     # ---- issue 28 part 5: a locked confirmation cannot be edited silently
     M('lock-report-unchecked', 'nbs/tools/confirm.ipynb', "    if C.lock.is_file() and bad: raise StageFailed(", "    if False and bad: raise StageFailed(",
       '`ei confirm report` renders a confirmation whose locked files changed', 'tests/test_confirm.py -k report_renders', NB),
