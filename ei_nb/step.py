@@ -42,6 +42,7 @@ class Steps:
         params, inputs = portable(raw, self.run_dir), portable(self.sources.step_inputs(rnd, stage), self.run_dir)
         if (m := finished(self.layout, rnd, stage, params, inputs, self.prev)):
             self.prev, self.walls[(rnd, stage)] = m['chain'], m.get('wall_s')
+            if self.until == (rnd, stage): raise Until()   # a resumed run stops there too
             return m
         chain = chain_hash(stage, rnd, params, inputs, self.prev)
         res, wall, outputs = self.execute(rnd, stage, raw, chain)

@@ -37,6 +37,12 @@ def test_every_stage_writes_its_stage_json(reference):
     assert read_stage_json(L.round(1).stage_json('05_stop_rule'))['headline']['reason'] == 'budget'   # the decision
     assert read_stage_json(L.round(0).stage_json('01_sample_verify'))['params']['data_rule'] is False   # no data rule on the pool measurement
 
+def test_until_a_finished_step_stops_there_again(round0, tmp_path):
+    "`--until 0:04_eval` on a run whose round 0 is finished stops at once (it used to go on into round 1)."
+    run = copy_run(round0, tmp_path/'run')
+    p = ei(run, '--until', '0:04_eval')
+    assert p.returncode == 0 and executed(p.stderr) == [] and not (run/'round_01').exists(), p.stderr[-2000:]
+
 def test_finished_run_is_skipped_entirely(reference, tmp_path):
     run = copy_run(reference, tmp_path/'run')
     p = ei(run)
