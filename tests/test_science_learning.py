@@ -23,6 +23,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG, FORMS = REPO/'configs'/'demo_learn.toml', REPO/'configs'/'demo_learn_forms.toml'
+UNVERIFIED = REPO/'configs'/'demo_learn_control_unverified.toml'   # the control arm: rows not chosen by the verifier
 ENTRY = 'import sys; from ei_nb.cli import _entry; sys.argv[0] = "ei"; _entry()'
 ENV = {**os.environ, 'OMP_NUM_THREADS': '1', 'TOKENIZERS_PARALLELISM': 'false', 'MPLBACKEND': 'Agg'}
 SMALLER = ['--rounds', '2']   # two rounds of the demo: enough for a significant gain, half the minutes
@@ -37,6 +38,15 @@ def ei_run(config:Path, run_dir:Path) -> tuple[Path, subprocess.CompletedProcess
 def run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     "The learning demo, run once for this file: its folder and the finished `ei run` process."
     return ei_run(CONFIG, tmp_path_factory.mktemp('learn')/'demo_learn')
+
+@pytest.fixture(scope='module')
+def unverified(run, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    "The control arm `unverified` from the plain run's own round 0 (copied, as `ei sweep` does), run once for this file."
+    from ei_nb.sweep import share_round0
+    _summary(run)
+    run_dir = tmp_path_factory.mktemp('learn')/'control_unverified'
+    assert share_round0(run[0], run_dir)
+    return ei_run(UNVERIFIED, run_dir)
 
 @pytest.fixture(scope='module')
 def forms(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
@@ -76,6 +86,37 @@ def test_every_round_gains_over_the_base_and_trains_on_its_own_proofs(run):
     for r in range(1, s['rounds'] + 1):
         sft = json.loads((run_dir/f'round_{r:02d}'/'stages'/'02_sft.json').read_text())['headline']
         assert sft['rows'] >= 50 and sft['final_loss'] < sft['first_loss'], (r, sft)
+
+
+def test_plain_beats_the_unverified_control(run, unverified):
+    """The verifier's contribution. Same seed, same round 0, the same number of rows each round; plain trains on verified
+    proofs, the control on rows drawn from every well-formed sample, right or wrong. By the last round plain must solve
+    significantly more of the scored set (exact McNemar on the same problems). A round that keeps every sample (the
+    verifier bypassed: `learn-keep-every-sample` in tests/mutation_check.py) makes the two arms the same loop."""
+    from ei_nb.report import mcnemar_p
+    s, u = _summary(run), _summary(unverified)
+    last = min(s['rounds'], u['rounds'])
+    plain = _solved(run[0]/f'round_{last:02d}'/'eval'/'eval_verdicts.jsonl')
+    ctl = _solved(unverified[0]/f'round_{last:02d}'/'eval'/'eval_verdicts.jsonl')
+    assert plain.keys() == ctl.keys()
+    b, c = sum(ctl[k] and not plain[k] for k in plain), sum(plain[k] and not ctl[k] for k in plain)
+    assert c > b and mcnemar_p(b, c) < 0.05, \
+        f'round {last}: plain S {sum(plain.values())}, unverified S {sum(ctl.values())}: b={b}, c={c}, p={mcnemar_p(b, c):.3g}'
+
+
+def test_no_training_row_is_a_protected_near_duplicate(run):
+    """Every row the run trained on (the warm start's and each round's) is clear of the held-out sets (scored and test) by
+    00_select's own check: name, statement key, structural key (a commuted `b + a` is the same problem)."""
+    from ei_nb.core import read_problems
+    from ei_nb.select import decontaminate
+    s, demo = _summary(run), run[0]/'demo'
+    held = read_problems(demo/'scored.jsonl') + read_problems(demo/'test.jsonl')
+    problems = {p['name']: p for f in ('pool.jsonl', 'warm.jsonl') for p in read_problems(demo/f)}
+    rows = _lines(demo/'warm_rows.jsonl') + [x for r in range(1, s['rounds'] + 1)
+                                              for x in _lines(run[0]/f'round_{r:02d}'/'sft.jsonl')]
+    assert rows and not (unknown := sorted({x['name'] for x in rows} - set(problems))), unknown[:5]
+    leaked = decontaminate([problems[n] for n in sorted({x['name'] for x in rows})], held)[1]
+    assert not leaked, f"{len(leaked)} trained problems are near-duplicates of held-out ones, e.g. {leaked[0]['name']}"
 
 
 def test_each_round_trains_on_the_proofs_alone(run):
