@@ -63,7 +63,7 @@ def test_registration_records_protocol_and_problem_file(setup):
     assert reg['problems']['sha256'] == sha256_file(goedel) and reg['problems']['format'] == 'full_text'
     assert len(reg['problems']['differs_from_default']['changed']) == 15
     assert reg['verifier'] == {'verify_backend': 'synthetic'} and reg['seeds'] == {'model': 0, 'baseline': 0}
-    assert reg['hypothesis']['alpha'] == 0.05 and 'more miniF2F-test problems' in reg['hypothesis']['text']
+    assert reg['hypothesis']['alpha'] == 0.05 and 'more of the registered test problems' in reg['hypothesis']['text']
     assert set(reg['code']) >= {'git_commit', 'libraries', 'ei_nb', 'python'} and reg['runner']['defaults']['n'] == 8
     rows = [json.loads(l) for l in (run/'confirm'/'problems.jsonl').read_text().splitlines()]
     assert all(r['header'].startswith('import Mathlib') and r['formal_statement'].startswith('theorem ') for r in rows)
