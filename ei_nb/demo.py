@@ -4,9 +4,10 @@
 
 # %% ../nbs/demo.ipynb #4f5a25f3
 from __future__ import annotations
-import json, os, random, shutil
+import json, os, random, re, shutil
 from pathlib import Path
-from .arith import arith_proof, arith_sets, arith_verifier, build_arith_model, near_duplicate, parse_statement
+from .arith import (arith_proof, arith_sets, arith_verifier, build_arith_model, near_duplicate, parse_statement,
+                         warm_rows as arith_warm_rows)
 from .correct import correction_problem
 from .select import decontaminate, protected_index
 from .core import (BadInput, atomic_write_json, iter_jsonl, read_problems, read_records, shared_data,
@@ -19,7 +20,8 @@ from .train import train_lora
 
 # %% auto #0
 __all__ = ['DEMO_NOTICE', 'BAD_VALID', 'ARITH_NOTICE', 'workbook_problems', 'goedel_v2_test_problems', 'build_demo_data',
-           'warm_rows', 'warm_start', 'refuse_leaks', 'build_arith_data', 'arith_warm_start', 'correction_warm_rows']
+           'warm_rows', 'warm_start', 'refuse_leaks', 'build_arith_data', 'arith_warm_start', 'correction_warm_rows',
+           'arith_form_rows']
 
 # %% ../nbs/demo.ipynb #2c3241c0
 DEMO_NOTICE = ('DEMO VERIFICATION, NO LEAN: a proof passes only if it is byte-identical, after whitespace '
@@ -174,3 +176,17 @@ def correction_warm_rows(problems:list[dict], # warm-start problems that also ge
             rows.append({'name': turn['name'], 'sample_idx': 0, 'prompt': turn['turn_prompt'],
                          'completion': arith_proof(q, form), 'eos': True})
     return rows
+
+
+def arith_form_rows(problems:list[dict], # the warm-start set
+                    forms:tuple=('exact',), # proof forms of the problems with one operation, cycled
+                    forms_multi:tuple=(), # proof forms of the multi-step problems (two or more operations; (): forms)
+                    every_form:bool=False, # each problem in every one of its forms (not cycled)
+                   ) -> list[dict]:
+    """Warm-start rows (`ei_nb.arith.warm_rows`): the forms of a one-operation problem and those of a multi-step one
+    apart, so a `have` lemma can be taught where it has something to do."""
+    steps = lambda q: len(re.findall(r'[+*]', parse_statement(q)[1]))
+    one, multi = [q for q in problems if steps(q) < 2], [q for q in problems if steps(q) >= 2]
+    rows = lambda qs, fs: ([r for f in fs for r in arith_warm_rows(qs, None, (f,))] if every_form
+                           else arith_warm_rows(qs, None, tuple(fs)))
+    return rows(one, forms) + rows(multi, forms_multi or forms)

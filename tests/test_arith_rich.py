@@ -46,7 +46,7 @@ def test_every_form_and_lemma_agrees_with_the_independent_evaluator(verifier, nu
     w = str(max(0, value + delta))
     if split and form != 'use' and len(nums) == 3:   # the witness written with a lemma's value: `85 + 12`
         first = value_of(f'{nums[0]} {op} {nums[1]}')
-        w = f'{first} {op} {nums[2]}' if delta == 0 else f'{first + delta} {op} {nums[2]}' if op == '+' else w
+        w = f'{first} {op} {nums[2]}' if delta == 0 else f'{max(0, first + delta)} {op} {nums[2]}' if op == '+' else w
     step = {'exact': [f'  exact ⟨{w}, by norm_num⟩'], 'refine': [f'  refine ⟨{w}, ?_⟩', '  norm_num'],
             'use': [f'  use {w}']}[form]
     r = check(verifier, p, '\n'.join(lines + step))
