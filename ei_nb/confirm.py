@@ -33,9 +33,9 @@ DEFAULT_RUNNER = 'ei_nb.eval:eval_arm'
 KS = (1, 8, 32)
 ALPHA = 0.05
 P_DISC_DESIGN = 0.12                   # discordance assumed for the power statement when none is observed
-HYPOTHESIS = ('The chosen model solves more of the registered test problems than the baseline (solved@n: at least one of '
-              'n samples verified by the registered verifier): c (solved by the model only) exceeds b (solved by the baseline only) and '
-              'the exact two-sided McNemar test on (b, c) gives p <= 0.05.')
+HYPOTHESIS = ('The chosen model solves more of the registered test problems than the baseline (solved@n: at least '
+              'one of n samples verified by the registered verifier): c (solved by the model only) exceeds b '
+              '(solved by the baseline only) and the exact two-sided McNemar test on (b, c) gives p <= 0.05.')
 
 # %% ../nbs/tools/confirm.ipynb #a1db4953
 def _now() -> str: return datetime.now(timezone.utc).isoformat(timespec='seconds')

@@ -58,8 +58,10 @@ def _run(cmd:list[str], log:Path) -> int:
     with open(log, 'a') as f: return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
 
 def run_sweep(config:Path, out:Path, arms:list[str], seeds:list[int], rounds:int|None=None, fixed:bool=True,
-              jobs:int=1, log=say) -> dict:
-    "Run every (arm, seed): round 0 once per seed (the first arm), shared, then every run; `{(arm, seed): exit}`."
+              jobs:int=1, log=say, plain_from:Path|None=None) -> dict:
+    """Run every (arm, seed): round 0 once per seed (the first arm), shared, then every run; `{(arm, seed): exit}`.
+    With `plain_from` (an earlier sweep of the same config), its plain runs are the plain arm: linked, not rerun."""
+    if plain_from: return _run_against(config, out, arms, seeds, rounds, fixed, jobs, log, Path(plain_from))
     configs = {a: arm_config(config, a) for a in arms}
     def one(arm, seed, until=''):
         d = run_dir_of(out, arm, seed)
@@ -72,6 +74,20 @@ def run_sweep(config:Path, out:Path, arms:list[str], seeds:list[int], rounds:int
             for a in arms[1:]: share_round0(run_dir_of(out, arms[0], s), run_dir_of(out, a, s))
         todo = [(a, s) for s in seeds for a in arms if first[s] == 0]
         return dict(zip(todo, ex.map(lambda t: one(*t), todo))) | {(arms[0], s): rc for s, rc in first.items() if rc}
+
+def _run_against(config, out, arms, seeds, rounds, fixed, jobs, log, plain_from:Path) -> dict:
+    "The arms other than plain, each seed from `plain_from`'s plain run of that seed (its round 0 copied)."
+    out = Path(out); out.mkdir(parents=True, exist_ok=True)
+    if not (plain_from/'plain').is_dir(): raise BadInput(f'--plain-from {plain_from}: no plain/ runs there')
+    if not (out/'plain').exists(): (out/'plain').symlink_to((plain_from/'plain').resolve())
+    todo = [(a, s) for s in seeds for a in arms if a != 'plain']
+    for a, s in todo: share_round0(run_dir_of(plain_from, 'plain', s), run_dir_of(out, a, s))
+    def one(arm, seed):
+        d = run_dir_of(out, arm, seed)
+        rc = _run(ei_run_command(arm_config(config, arm), d, seed, rounds, fixed), out/'logs'/f'{arm}_seed{seed}.log')
+        log(f'sweep: {arm} seed {seed}: exit {rc} ({d})')
+        return rc
+    with ThreadPoolExecutor(max(1, jobs)) as ex: return dict(zip(todo, ex.map(lambda t: one(*t), todo)))
 
 # %% ../nbs/run/sweep.ipynb #fd4bd33e
 def solved_by_round(run_dir:Path) -> dict[int, dict[str, bool]]:
@@ -227,6 +243,7 @@ def sweep_cli(argv:list[str]) -> dict:
     p.add_argument('--jobs', type=int, default=1, help='runs at a time (each uses one thread)')
     p.add_argument('--with-stop-rule', action='store_true', help='let the stop rule end runs early (not round-matched)')
     p.add_argument('--report-only', action='store_true', help='tabulate the runs already there; run nothing')
+    p.add_argument('--plain-from', help='an earlier sweep of this config: its plain runs are the plain arm, not rerun')
     a = p.parse_args(argv)
     config, seeds, arms = Path(a.config), parse_seeds(a.seeds), [x for x in a.arms.split(',') if x]
     if 'plain' not in arms: raise BadInput('--arms must include plain (every arm is compared with it)')
@@ -234,7 +251,7 @@ def sweep_cli(argv:list[str]) -> dict:
     for arm in arms: arm_config(config, arm)
     out = Path(a.out or f'runs/sweep_{config.stem}')
     if not a.report_only:
-        rcs = run_sweep(config, out, arms, seeds, a.rounds, not a.with_stop_rule, a.jobs)
+        rcs = run_sweep(config, out, arms, seeds, a.rounds, not a.with_stop_rule, a.jobs, plain_from=a.plain_from)
         if bad := {f'{k[0]} seed {k[1]}': v for k, v in rcs.items() if v}:
             say(f'sweep: runs that did not finish (see {out}/logs): {bad}')
     res = sweep_results(out, arms, seeds)

@@ -47,9 +47,18 @@ print(json.dumps({'threads': threads, 'deterministic': deterministic, 'weights_s
 '''
 
 
-def run(threads:int, deterministic:bool, epochs:int) -> dict:
+AVX2 = {'ATEN_CPU_CAPABILITY': 'avx2', 'MKL_ENABLE_INSTRUCTIONS': 'AVX2', 'ONEDNN_MAX_CPU_ISA': 'AVX2'}
+PINNED = {'ATEN_CPU_CAPABILITY': 'default', 'MKL_CBWR': 'COMPATIBLE', 'ONEDNN_MAX_CPU_ISA': 'SSE41'}
+# name -> (threads, deterministic algorithms, extra environment)
+SETTINGS = {'t1': (1, False, {}), 't1_again': (1, False, {}), 't2': (2, False, {}),
+            'det_t1': (1, True, {}), 'det_t2': (2, True, {}),
+            'avx2_t1': (1, False, AVX2), 'avx2_t2': (2, False, AVX2),   # this machine's kernels as an AVX2-only CPU
+            'pinned_t1': (1, False, PINNED), 'pinned_t1_again': (1, False, PINNED)}   # portable kernels, MKL's CNR
+
+
+def run(threads:int, deterministic:bool, epochs:int, extra:dict|None=None) -> dict:
     env = {**os.environ, 'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads),
-           'TOKENIZERS_PARALLELISM': 'false', 'CUBLAS_WORKSPACE_CONFIG': ':4096:8'}
+           'TOKENIZERS_PARALLELISM': 'false', **(extra or {})}
     p = subprocess.run([sys.executable, '-c', CHILD, str(threads), '1' if deterministic else '0', str(epochs)],
                        capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[1])
     if p.returncode: raise SystemExit(p.stderr[-3000:])
@@ -62,19 +71,23 @@ def main():
     ap.add_argument('--out', default='experiments/results/thread_determinism.json')
     a = ap.parse_args()
     import torch
-    settings = [(1, False), (1, False), (2, False), (1, True), (2, True)]
-    rows = [run(t, d, a.epochs) for t, d in settings]
+    rows = {name: run(t, d, a.epochs, env) | {'env': env} for name, (t, d, env) in SETTINGS.items()}
     same = lambda i, j: rows[i]['weights_sha256'] == rows[j]['weights_sha256']
+    flags = open('/proc/cpuinfo').read().split()
     result = {'torch': torch.__version__, 'cpu': os.uname().machine, 'cores': os.cpu_count(), 'epochs': a.epochs,
+              'cpu_capability': torch.backends.cpu.get_cpu_capability(),
+              'isa': sorted({f for f in flags if f in ('avx2', 'avx512f', 'avx512_vnni', 'amx_tile')}),
               'blas': torch.__config__.show().split('\n')[0:12], 'runs': rows,
-              'repeat_same_threads_identical': same(0, 1), 'threads_1_vs_2_identical': same(0, 2),
-              'deterministic_1_vs_2_identical': same(3, 4), 'deterministic_equals_default_1': same(0, 3)}
+              'repeat_same_threads_identical': same('t1', 't1_again'), 'threads_1_vs_2_identical': same('t1', 't2'),
+              'deterministic_1_vs_2_identical': same('det_t1', 'det_t2'),
+              'deterministic_equals_default_1': same('t1', 'det_t1'),
+              'avx2_kernels_equal_default': same('t1', 'avx2_t1'), 'avx2_1_vs_2_threads_identical': same('avx2_t1', 'avx2_t2'),
+              'pinned_repeatable': same('pinned_t1', 'pinned_t1_again'), 'pinned_equals_default': same('t1', 'pinned_t1')}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=1) + '\n')
-    for k in ('repeat_same_threads_identical', 'threads_1_vs_2_identical', 'deterministic_1_vs_2_identical',
-              'deterministic_equals_default_1'):
-        print(f'{k}: {result[k]}')
-    print('final losses:', [round(r['final_loss'], 6) for r in rows])
+    for k, v in result.items():
+        if isinstance(v, bool): print(f'{k}: {v}')
+    print('final losses:', {k: round(r['final_loss'], 6) for k, r in rows.items()})
 
 
 if __name__ == '__main__':
