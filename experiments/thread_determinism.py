@@ -1,16 +1,19 @@
 #!/usr/bin/env python
-"""What varies across machines: does the learning demo's training depend on the CPU thread count, and does pinning
-threads or torch's deterministic algorithms remove it?
+"""What varies across machines: does the learning demo's training depend on the CPU thread count, on torch's
+deterministic algorithms, or on the CPU kernels (the instruction set torch, MKL and oneDNN dispatch to)?
 
     python experiments/thread_determinism.py [--epochs 3] [--out experiments/results/thread_determinism.json]
 
-Each setting runs in its own process (OMP_NUM_THREADS and torch's thread count are fixed before torch starts): build
-the arith demo's tiny model for seed 1, warm-start it on the demo's warm-start rows for a few epochs (the demo stage's
-own code: `ei_nb.demo.arith_warm_start`), then sample 64 completions with a fixed seed. It records a sha256 of the
-trained weights, the final loss and the sampled texts. Two settings agree when the weights hash the same. The demo
-config pins one thread (`[run] env`); this shows what a machine with another thread count, or another CPU kernel
-library, would change. Cross-machine runs cannot be made here (one machine); the same script on another machine gives
-the other half of the comparison.
+Each setting runs in its own process (the thread counts and the kernel environment are fixed before torch starts):
+build the arith demo's tiny model for seed 1, warm-start it on the demo's warm-start rows for a few epochs (the demo
+stage's own code: `ei_nb.demo.arith_warm_start`), then sample 64 completions with a fixed seed. It records a sha256 of
+the trained weights, the final loss and the sampled texts; two settings agree when the weights hash the same.
+
+Settings: 1 and 2 threads; `torch.use_deterministic_algorithms(True)`; this machine's kernels restricted to AVX2
+(`ATEN_CPU_CAPABILITY=avx2`, `MKL_ENABLE_INSTRUCTIONS=AVX2`, `ONEDNN_MAX_CPU_ISA=AVX2`: what an AVX2-only CPU runs);
+and portable kernels (`ATEN_CPU_CAPABILITY=default`, MKL's conditional numerical reproducibility `MKL_CBWR=COMPATIBLE`,
+`ONEDNN_MAX_CPU_ISA=SSE41`), which any x86-64 CPU with SSE4.1 runs the same way. A second machine is needed to show
+that the portable kernels remove the cross-machine difference; this script run there gives the other half.
 """
 import argparse, hashlib, json, os, subprocess, sys, tempfile
 from pathlib import Path
