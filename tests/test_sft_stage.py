@@ -14,12 +14,13 @@ def _inputs(tmp_path:Path):
     from ei_nb.arith import arith_proof, arith_sets, arith_verifier, parse_statement
     from ei_nb.core import write_records
     from ei_nb.prompts import verifiable_text
-    problems = arith_sets(3, {}, {'2+2': 6}, {})['pool']
+    problems = arith_sets(3, {}, {'2+2': 7}, {})['pool']
     samples, verdicts, v = [], [], arith_verifier()
-    for p in problems:
+    for k, p in enumerate(problems):
         value = parse_statement(p)[2]
         texts = [arith_proof(p, 'refine'), arith_proof(p, 'exact'), f'  use {value + 1}',   # the shortest is wrong
                  f'  exact ⟨{value + 2}, by norm_num⟩']
+        if k == 6: texts = [arith_proof(p, 'refine'), arith_proof(p, 'exact')]   # solved by every sample
         for i, t in enumerate(texts):
             s = {'name': p['name'], 'sample_idx': i, 'round': 1, 'completion': t, 'n_tokens': len(t) // 2, 'capped': False}
             samples.append(s)   # the checker reads the whole file, as the pipeline gives it for completion prompts
@@ -44,16 +45,16 @@ def _stage(tmp_path:Path, **params) -> list[dict]:
 def test_the_stage_trains_on_the_shortest_verified_proof_of_each_problem(tmp_path):
     problems, samples, verdicts = _inputs(tmp_path)
     passed = {(v['name'], v['sample_idx']) for v in verdicts if v['verdict'] == 'pass'}
-    assert len(passed) == 2 * len(problems)   # refine and exact pass, the two wrong values fail
+    assert len(passed) == 2 * len(problems)   # refine and exact pass, the wrong values fail
     assert all(v['reason'].startswith('lean error: ') for v in verdicts if v['verdict'] != 'pass')   # well-formed
     rows = _stage(tmp_path)
-    assert sorted(r['name'] for r in rows) == sorted(p['name'] for p in problems)
+    assert sorted(r['name'] for r in rows) == sorted(p['name'] for p in problems[:6])   # the 7th: solved by every sample
     assert all((r['name'], r['sample_idx']) in passed for r in rows)
     assert {r['sample_idx'] for r in rows} == {1}   # `exact` is shorter than `refine` + `norm_num`; `use` is wrong
 
 
 def test_the_unverified_control_trains_on_as_many_rows_from_every_well_formed_sample(tmp_path):
     problems, samples, verdicts = _inputs(tmp_path)
-    rows = _stage(tmp_path, control='unverified')
-    assert len(rows) == len(problems) and {r['control'] for r in rows} == {'unverified'}
+    rows = _stage(tmp_path, control='unverified')   # and a problem solved by every sample is left out, as in plain
+    assert len(rows) == len(problems) - 1 and {r['control'] for r in rows} == {'unverified'}
     assert {r['sample_idx'] for r in rows} == {2}   # the shortest well-formed sample of each problem: the wrong `use`
