@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from .core import BadInput, atomic_write_json, atomic_write_text
 from .cli import parser, say
-from .report import mcnemar_p
+from .frames import read_frame
+from .report import mcnemar_table, solved_by_problem
 
 # %% auto #0
 __all__ = ['ROUND0', 'ENTRY', 'FIXED', 'arm_config', 'run_dir_of', 'ei_run_command', 'share_round0', 'run_sweep',
@@ -57,17 +58,20 @@ def _run(cmd:list[str], log:Path) -> int:
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'TOKENIZERS_PARALLELISM': 'false', 'MPLBACKEND': 'Agg'}
     with open(log, 'a') as f: return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
 
+def _run_one(config, out, arm:str, seed:int, rounds, fixed:bool, log, until:str='') -> int:
+    "One `ei run` of the sweep (to `until` when given), logged to `OUT/logs/ARM_seedS.log`; its exit status."
+    d = run_dir_of(out, arm, seed)
+    log_path = Path(out)/'logs'/f'{arm}_seed{seed}.log'
+    rc = _run(ei_run_command(arm_config(config, arm), d, seed, rounds, fixed, until), log_path)
+    log(f'sweep: {arm} seed {seed}{" round 0" if until else ""}: exit {rc} ({d})')
+    return rc
+
 def run_sweep(config:Path, out:Path, arms:list[str], seeds:list[int], rounds:int|None=None, fixed:bool=True,
               jobs:int=1, log=say, plain_from:Path|None=None) -> dict:
     """Run every (arm, seed): round 0 once per seed (the first arm), shared, then every run; `{(arm, seed): exit}`.
     With `plain_from` (an earlier sweep of the same config), its plain runs are the plain arm: linked, not rerun."""
     if plain_from: return _run_against(config, out, arms, seeds, rounds, fixed, jobs, log, Path(plain_from))
-    configs = {a: arm_config(config, a) for a in arms}
-    def one(arm, seed, until=''):
-        d = run_dir_of(out, arm, seed)
-        rc = _run(ei_run_command(configs[arm], d, seed, rounds, fixed, until), Path(out)/'logs'/f'{arm}_seed{seed}.log')
-        log(f'sweep: {arm} seed {seed}{" round 0" if until else ""}: exit {rc} ({d})')
-        return rc
+    one = lambda arm, seed, until='': _run_one(config, out, arm, seed, rounds, fixed, log, until)
     with ThreadPoolExecutor(max(1, jobs)) as ex:
         first = dict(zip(seeds, ex.map(lambda s: one(arms[0], s, '0:04_eval'), seeds)))
         for s in seeds:
@@ -82,32 +86,24 @@ def _run_against(config, out, arms, seeds, rounds, fixed, jobs, log, plain_from:
     if not (out/'plain').exists(): (out/'plain').symlink_to((plain_from/'plain').resolve())
     todo = [(a, s) for s in seeds for a in arms if a != 'plain']
     for a, s in todo: share_round0(run_dir_of(plain_from, 'plain', s), run_dir_of(out, a, s))
-    def one(arm, seed):
-        d = run_dir_of(out, arm, seed)
-        rc = _run(ei_run_command(arm_config(config, arm), d, seed, rounds, fixed), out/'logs'/f'{arm}_seed{seed}.log')
-        log(f'sweep: {arm} seed {seed}: exit {rc} ({d})')
-        return rc
-    with ThreadPoolExecutor(max(1, jobs)) as ex: return dict(zip(todo, ex.map(lambda t: one(*t), todo)))
+    with ThreadPoolExecutor(max(1, jobs)) as ex:
+        return dict(zip(todo, ex.map(lambda t: _run_one(config, out, *t, rounds, fixed, log), todo)))
 
 # %% ../nbs/run/sweep.ipynb #fd4bd33e
 def solved_by_round(run_dir:Path) -> dict[int, dict[str, bool]]:
-    "Round -> scored problem -> solved, for every round whose evaluation finished."
+    "Round -> scored problem -> solved (`ei_nb.report.solved_by_problem`), for every round whose evaluation finished."
     out = {}
     for d in sorted(Path(run_dir).glob('round_*')):
-        f = d/'eval'/'eval_verdicts.jsonl'
-        if not f.exists(): continue
-        got = {}
-        for line in f.read_text().splitlines():
-            if line.strip():
-                v = json.loads(line); got[v['name']] = got.get(v['name'], False) or v['verdict'] == 'pass'
-        out[int(d.name.split('_')[1])] = got
+        if (f := d/'eval'/'eval_verdicts.jsonl').exists():
+            v = read_frame(f, 'verdict', columns=['name', 'sample_idx', 'verdict'])
+            out[int(d.name.split('_')[1])] = {str(k): bool(x) for k, x in solved_by_problem(v).items()}
     return out
 
 def mcnemar(a:dict[str, bool], b:dict[str, bool]) -> dict:
-    "Exact McNemar of `b` against `a` on the same problems: b = only `a` solves, c = only `b` solves."
-    if a.keys() != b.keys(): raise BadInput(f'McNemar needs the same problems: {len(a)} vs {len(b)}')
-    bb, cc = sum(a[k] and not b[k] for k in a), sum(b[k] and not a[k] for k in a)
-    return {'b': bb, 'c': cc, 'p': mcnemar_p(bb, cc)}
+    "Exact McNemar of `b` against `a` (`ei_nb.report.mcnemar_table`): b = only `a` solves, c = only `b` solves."
+    import pandas as pd
+    t = mcnemar_table(pd.Series(a, dtype=bool), pd.Series(b, dtype=bool))
+    return {'b': t['b'], 'c': t['c'], 'p': t['p_value']}
 
 # %% ../nbs/run/sweep.ipynb #23665ce9
 def mean_ci(xs:list[float], level:float=0.95) -> dict:
